@@ -1,0 +1,63 @@
+"""The interface every backend module provides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Backend:
+    """An array library bound to one device.
+
+    Attributes: ``name``, ``xp`` (the Array API namespace, through array-api-compat), ``device``
+    (the device object to pass as ``device=``), ``description`` (one line), and ``fast``: an object
+    holding optional library-specific fast paths, or None (generic Array API code is then used).
+    """
+
+    name: str = ""
+    description: str = ""
+    fast: Any = None
+
+    def __init__(self, xp: Any, device: Any, description: str):
+        self.xp = xp
+        self.device = device
+        self.description = description
+
+    # -- host <-> device -------------------------------------------------------------------
+    def asarray(self, host: Any, dtype: Any = None) -> Any:
+        """An array of this backend on its device, from host data (numpy array, list, scalar)."""
+        raise NotImplementedError
+
+    def to_numpy(self, a: Any) -> Any:
+        """A numpy array with the contents of ``a`` (an array of this backend)."""
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait until queued device work has finished (for timing); a no-op on the CPU."""
+
+    def owns(self, a: Any) -> bool:
+        """Whether ``a`` is an array of this backend's library."""
+        return type(a).__module__.split(".")[0] == self.library
+
+    def same_device(self, device: Any) -> bool:
+        return str(device) == str(self.device) or device is None
+
+    def device_str(self) -> str:
+        return str(self.device)
+
+    def memory_stats(self) -> dict[str, int]:
+        """Device memory pool statistics where the library has a pool (cupy), else {}."""
+        return {}
+
+    library: str = ""
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name} on {self.device_str()}: {self.description}>"
+
+
+def host_random(shape: tuple[int, ...], seed: int | None, normal: bool, dtype: str = "float32"):
+    """Seeded host random numbers (numpy's PCG64), the same on every backend."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(shape) if normal else rng.random(shape)
+    return a.astype(dtype)

@@ -1,0 +1,23 @@
+"""Layers, one module per family, all registered with :data:`registry`.
+
+Importing this package registers every built-in layer.
+"""
+
+from . import (  # noqa: F401  (imported for their @register side effects)
+    activation,
+    attention,
+    conv,
+    core,
+    expression,
+    linear,
+    misc,
+    norm,
+    pooling,
+    reduce,
+    resize,
+    shape,
+)
+from .base import BuildContext, Layer
+from .registry import LayerRegistry, RegistryError, create_layer, register, registry
+
+__all__ = ["BuildContext", "Layer", "LayerRegistry", "RegistryError", "create_layer", "register", "registry"]

@@ -1,0 +1,76 @@
+"""The layer base class (seed 004) and the build context every layer is created with."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kuiper_xp.backends import Backend
+    from kuiper_xp.pnnx.ir import Operator, WeightRef
+
+
+class BuildContext:
+    """What a layer needs at build time: the backend's namespace ``xp``, its ``device``, the
+    backend's optional ``fast`` paths, and :meth:`weight` to move a weight to the device once."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.xp = backend.xp
+        self.device = backend.device
+        self.fast = backend.fast
+        self._weights: dict[int, Any] = {}
+
+    def weight(self, ref: WeightRef, dtype: str | None = None) -> Any:
+        """The weight as a backend array on the device, read from the .bin at most once."""
+        key = id(ref)
+        arr = self._weights.get(key)
+        if arr is None:
+            arr = self.backend.asarray(ref.numpy())
+            self._weights[key] = arr
+        if dtype is not None and str(arr.dtype).rsplit(".", 1)[-1] != dtype:
+            arr = self.xp.astype(arr, getattr(self.xp, dtype))
+        return arr
+
+    def asarray(self, host: Any, dtype: str | None = None) -> Any:
+        """An array on the device from host data (python lists, scalars)."""
+        xp = self.xp
+        return xp.asarray(host, dtype=None if dtype is None else getattr(xp, dtype), device=self.device)
+
+    def dtype(self, name: str) -> Any:
+        return getattr(self.xp, name)
+
+    def release(self) -> None:
+        """Drop the weight cache once layers have taken what they need."""
+        self._weights.clear()
+
+
+class Layer:
+    """One operator's computation. Subclasses implement :meth:`forward`, and
+    :meth:`from_operator` when they read parameters or weights (``op.param``, ``op.weight``).
+
+    ``forward`` takes one array per operator input and returns one array, or a tuple of arrays
+    for an operator with several outputs. It must be thread-safe: it may not keep per-call
+    state on ``self``.
+    """
+
+    type_names: ClassVar[tuple[str, ...]] = ()
+    op_type: str = ""
+    op_name: str = ""
+
+    def __init__(self, ctx: BuildContext):
+        self.xp = ctx.xp
+        self.device = ctx.device
+        self.backend = ctx.backend
+
+    @classmethod
+    def from_operator(cls, op: Operator, ctx: BuildContext) -> Layer:
+        return cls(ctx)
+
+    def forward(self, *inputs: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__}.forward")
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self.forward(*inputs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.op_type} {self.op_name!r}>"

@@ -1,0 +1,92 @@
+"""The layer registry (seed 004): pnnx type name -> layer class, filled by ``@register``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from kuiper_xp.errors import KuiperXPError, LayerParameterError, UnsupportedOperatorError
+
+from .base import BuildContext, Layer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kuiper_xp.pnnx.ir import Operator
+
+
+class RegistryError(KuiperXPError, ValueError):
+    """Registering a type name twice, or registering something that is not a layer."""
+
+
+class LayerRegistry:
+    """Maps pnnx operator type names (``nn.ReLU``, ``F.relu``) to layer classes."""
+
+    def __init__(self) -> None:
+        self._creators: dict[str, type[Layer]] = {}
+
+    def register(self, *type_names: str) -> Callable[[type[Layer]], type[Layer]]:
+        """Class decorator: ``@registry.register("nn.ReLU", "F.relu")``."""
+        if not type_names or not all(isinstance(t, str) and t for t in type_names):
+            raise RegistryError(f"register() needs one or more pnnx type names, got {type_names!r}")
+
+        def deco(cls: type[Layer]) -> type[Layer]:
+            if not (isinstance(cls, type) and issubclass(cls, Layer)):
+                raise RegistryError(f"{cls!r} is not a Layer subclass")
+            for name in type_names:
+                self.add(name, cls)
+            cls.type_names = tuple(cls.type_names) + tuple(type_names)
+            return cls
+
+        return deco
+
+    def add(self, type_name: str, cls: type[Layer]) -> None:
+        if type_name in self._creators:
+            raise RegistryError(
+                f"operator type {type_name!r} is already registered to {self._creators[type_name].__name__}"
+            )
+        self._creators[type_name] = cls
+
+    def __contains__(self, type_name: str) -> bool:
+        return type_name in self._creators
+
+    def __len__(self) -> int:
+        return len(self._creators)
+
+    def get(self, type_name: str) -> type[Layer] | None:
+        return self._creators.get(type_name)
+
+    def types(self) -> list[str]:
+        return sorted(self._creators)
+
+    def items(self) -> list[tuple[str, type[Layer]]]:
+        return sorted(self._creators.items())
+
+    def unsupported(self, ops: Iterable[Operator]) -> list[Operator]:
+        return [op for op in ops if op.type not in self._creators]
+
+    def create(self, op: Operator, ctx: BuildContext) -> Layer:
+        """A layer for ``op``; :class:`UnsupportedOperatorError` lists the supported types."""
+        cls = self._creators.get(op.type)
+        if cls is None:
+            raise UnsupportedOperatorError(
+                f"{op.where}: unsupported operator type {op.type!r}; supported types: "
+                + ", ".join(self.types())
+            )
+        try:
+            layer = cls.from_operator(op, ctx)
+        except KuiperXPError:
+            raise
+        except (TypeError, ValueError, KeyError, IndexError) as exc:
+            raise LayerParameterError(f"{op.where}: cannot build the layer: {type(exc).__name__}: {exc}") from exc
+        layer.op_type = op.type
+        layer.op_name = op.name
+        return layer
+
+
+#: The global registry every built-in layer registers with.
+registry = LayerRegistry()
+register = registry.register
+
+
+def create_layer(op: Operator, ctx: BuildContext) -> Layer:
+    """Create the layer for ``op`` from the global registry."""
+    return registry.create(op, ctx)

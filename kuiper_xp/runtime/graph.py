@@ -1,0 +1,447 @@
+"""The runtime graph (seeds 002 and 003).
+
+A :class:`Graph` goes through three explicit stages::
+
+    NeedInit  --init()-->  NeedBuild  --build()-->  Complete
+
+``init()`` reads the ``.pnnx.param`` (and opens the ``.bin``) into runtime operators; ``build()``
+creates a layer for every operator but ``pnnx.Input`` / ``pnnx.Output``, links each operator to
+its successors, orders them topologically (seed 002's DFS reverse post-order, iterative), checks
+the operand shapes it can, and plans memory: every intermediate array is released right after its
+last use (the Array API has no ``out=``, so instead of pre-allocating outputs as KuiperInfer does
+we bound the live set). ``forward()`` runs the order and returns the graph outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Any
+
+from kuiper_xp.backends import Backend, get_backend
+from kuiper_xp.errors import (
+    GraphError,
+    InputError,
+    KuiperXPError,
+    ShapeError,
+    UnsupportedOperatorError,
+)
+from kuiper_xp.layers import BuildContext, Layer, registry
+from kuiper_xp.pnnx import load_model
+from kuiper_xp.pnnx.ir import DTYPES, Model, Operand, Operator
+
+from .topo import topological_order
+
+__all__ = ["Graph", "GraphState", "TensorSpec", "RuntimeOperator", "LayerRuntimeError", "load"]
+
+_PORTS = ("pnnx.Input", "pnnx.Output")
+_TUPLE = "prim::TupleConstruct"
+
+
+class LayerRuntimeError(KuiperXPError, RuntimeError):
+    """A layer failed while running; the message names the operator."""
+
+
+class GraphState(IntEnum):
+    """Build stages of seed 003."""
+
+    NeedInit = -2
+    NeedBuild = -1
+    Complete = 0
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output: operand name, shape (None = dynamic) and dtype name."""
+
+    name: str
+    shape: tuple[int | None, ...] | None
+    dtype: str | None
+
+    def __str__(self) -> str:
+        shape = "?" if self.shape is None else "(" + ", ".join("?" if d is None else str(d) for d in self.shape) + ")"
+        return f"{self.name}: {shape} {self.dtype or '?'}"
+
+
+class RuntimeOperator:
+    """An operator in the runtime graph: the IR operator, its layer and its successors."""
+
+    __slots__ = ("op", "layer", "successors", "in_ids", "out_ids", "release")
+
+    def __init__(self, op: Operator):
+        self.op = op
+        self.layer: Layer | None = None
+        self.successors: list[RuntimeOperator] = []
+        self.in_ids: tuple[int, ...] = ()
+        self.out_ids: tuple[int, ...] = ()
+        self.release: tuple[int, ...] = ()  # operand slots freed after this op runs
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def type(self) -> str:
+        return self.op.type
+
+    def __repr__(self) -> str:
+        return f"<RuntimeOperator {self.op.type} {self.op.name!r}>"
+
+
+def _dtype_name(dt: Any) -> str:
+    return str(dt).rsplit(".", 1)[-1]
+
+
+class Graph:
+    """A pnnx model bound to one backend and device.
+
+    >>> g = Graph("m.pnnx.param", backend="numpy")
+    >>> g.state
+    <GraphState.NeedInit: -2>
+    >>> g.build()          # runs init() first when needed
+    >>> (y,) = g(x)
+    """
+
+    def __init__(
+        self,
+        param_path: str | os.PathLike,
+        bin_path: str | os.PathLike | None = None,
+        backend: str | Backend | None = None,
+        device: Any = None,
+    ):
+        self.param_path = Path(param_path)
+        self.bin_path = None if bin_path is None else Path(bin_path)
+        self.backend: Backend = get_backend(backend, device)
+        self.xp = self.backend.xp
+        self.state = GraphState.NeedInit
+        self.model: Model | None = None
+        self.operators: list[RuntimeOperator] = []  # file order after init, topological after build
+        self.pruned: list[RuntimeOperator] = []
+        self.inputs: list[TensorSpec] = []
+        self.outputs: list[TensorSpec] = []
+        self.last_profile: list[tuple[str, str, float]] = []
+        self._lock = threading.Lock()
+        self._slots: dict[str, int] = {}
+        self._input_ids: list[int] = []
+        self._output_ids: list[int] = []
+        self._input_operands: list[Operand] = []
+        self._steps: list[RuntimeOperator] = []
+        self._check_shapes: list[list[tuple[Operand, int]]] = []
+        self._dynamic = False
+
+    # -- stages ---------------------------------------------------------------------------------
+    def init(self) -> Graph:
+        """NeedInit -> NeedBuild: parse the model and create the runtime operators."""
+        with self._lock:
+            if self.state != GraphState.NeedInit:
+                return self
+            self.model = load_model(self.param_path, self.bin_path)
+            self.operators = [RuntimeOperator(op) for op in self.model.operators]
+            self.state = GraphState.NeedBuild
+        return self
+
+    def build(self) -> Graph:
+        """NeedBuild -> Complete: layers, successor links, topological order, memory plan."""
+        if self.state == GraphState.NeedInit:
+            self.init()
+        with self._lock:
+            if self.state == GraphState.Complete:
+                return self
+            self._build()
+            self.state = GraphState.Complete
+        return self
+
+    def _build(self) -> None:
+        assert self.model is not None
+        model = self.model
+        by_op = {id(r.op): r for r in self.operators}
+
+        # graph inputs and outputs
+        in_ops = [r for r in self.operators if r.type == "pnnx.Input"]
+        out_ops = [r for r in self.operators if r.type == "pnnx.Output"]
+        if not out_ops:
+            raise GraphError(f"{model.path}: the graph has no pnnx.Output operator")
+        for r in in_ops:
+            if len(r.op.outputs) != 1 or r.op.inputs:
+                raise GraphError(f"{r.op.where}: pnnx.Input must have 0 inputs and 1 output")
+        output_operands: list[Operand] = []
+        for r in out_ops:
+            if r.op.outputs:
+                raise GraphError(f"{r.op.where}: pnnx.Output must have no outputs")
+            for operand in r.op.inputs:
+                prod = operand.producer
+                if prod is not None and prod.type == _TUPLE and len(operand.consumers) == 1:
+                    output_operands.extend(prod.inputs)  # a model returning a tuple
+                else:
+                    output_operands.append(operand)
+        if not output_operands:
+            raise GraphError(f"{model.path}: the graph has no outputs")
+
+        # keep only operators that contribute to an output
+        needed: set[int] = set()
+        stack = [o.producer for o in output_operands if o.producer is not None]
+        while stack:
+            op = stack.pop()
+            if id(op) in needed:
+                continue
+            needed.add(id(op))
+            stack.extend(i.producer for i in op.inputs if i.producer is not None)
+        compute = [r for r in self.operators
+                   if r.type not in _PORTS and id(r.op) in needed
+                   and not (r.type == _TUPLE and all(o not in output_operands for o in r.op.outputs)
+                            and all(c.type == "pnnx.Output" for o in r.op.outputs for c in o.consumers))]
+        self.pruned = [r for r in self.operators if r.type not in _PORTS and r not in compute]
+
+        # every unsupported operator at once, before anything is created
+        missing = registry.unsupported(r.op for r in compute)
+        if missing:
+            lines = "\n".join(f"  {op.type} {op.name!r} ({op.path}:{op.line})" for op in missing)
+            types = sorted({op.type for op in missing})
+            raise UnsupportedOperatorError(
+                f"{model.path}: {len(missing)} operator(s) of {len(types)} unsupported type(s) "
+                f"({', '.join(types)}):\n{lines}\nsupported types: {', '.join(registry.types())}"
+            )
+
+        ctx = BuildContext(self.backend)
+        for r in compute:
+            r.layer = registry.create(r.op, ctx)
+        ctx.release()
+
+        # successors (seed 002): operators consuming any of this operator's outputs
+        for r in self.operators:
+            seen: set[int] = set()
+            r.successors = []
+            for o in r.op.outputs:
+                for c in o.consumers:
+                    if id(c) not in seen:
+                        seen.add(id(c))
+                        r.successors.append(by_op[id(c)])
+        order = topological_order(self.operators, lambda r: r.successors,
+                                  name=lambda r: f"{r.type} {r.name!r}")
+        self.operators = order
+        compute_set = {id(r) for r in compute}
+        steps = [r for r in order if id(r) in compute_set]
+
+        # operand slots, inputs/outputs
+        slots: dict[str, int] = {}
+        for name in model.operands:
+            slots[name] = len(slots)
+        self._slots = slots
+        self._input_operands = [r.op.outputs[0] for r in in_ops]
+        self._input_ids = [slots[o.name] for o in self._input_operands]
+        self._output_ids = [slots[o.name] for o in output_operands]
+        self.inputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in self._input_operands]
+        self.outputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in output_operands]
+        self._input_alias = {r.name: i for i, r in enumerate(in_ops)}
+        self._dynamic = any(o.shape is None or None in o.shape for o in self._input_operands)
+
+        # memory plan: release each operand after its last consumer
+        last_use: dict[int, int] = {}
+        keep = set(self._output_ids)
+        for i, r in enumerate(steps):
+            r.in_ids = tuple(slots[o.name] for o in r.op.inputs)
+            r.out_ids = tuple(slots[o.name] for o in r.op.outputs)
+            for s in r.in_ids:
+                last_use[s] = i
+        for i, r in enumerate(steps):
+            r.release = tuple(s for s in set(r.in_ids) if last_use.get(s) == i and s not in keep)
+        produced = {s for r in steps for s in r.out_ids} | set(self._input_ids)
+        for s in self._output_ids:
+            if s not in produced:
+                name = next(n for n, v in slots.items() if v == s)
+                raise GraphError(f"{model.path}: graph output {name!r} is never produced")
+        self._steps = steps
+        self._check_shapes = [
+            [(o, k) for k, o in enumerate(r.op.outputs) if o.shape is not None or o.dtype is not None]
+            for r in steps
+        ]
+
+    # -- inspection -----------------------------------------------------------------------------
+    @property
+    def layers(self) -> list[Layer]:
+        return [r.layer for r in self._steps if r.layer is not None]
+
+    @property
+    def execution_order(self) -> list[RuntimeOperator]:
+        """The operators that run, in order (after build)."""
+        self._require_built()
+        return list(self._steps)
+
+    def planned_peak_bytes(self, batch: int | None = None) -> int:
+        """Peak bytes of live activations under the memory plan, from the ``#`` shape annotations
+        (a dynamic leading dimension counts as ``batch``, other dynamic dimensions as 1)."""
+        self._require_built()
+        assert self.model is not None
+        if batch is None:
+            batch = 1
+        size: dict[int, int] = {}
+        for name, o in self.model.operands.items():
+            if o.shape is None:
+                continue
+            dims = [(batch if k == 0 else 1) if d is None else d for k, d in enumerate(o.shape)]
+            item = DTYPES[o.dtype][1] if o.dtype in DTYPES else 4
+            size[self._slots[name]] = math.prod(dims) * item
+        live = {s: size.get(s, 0) for s in self._input_ids}
+        peak = sum(live.values())
+        for r in self._steps:
+            for s in r.out_ids:
+                live[s] = size.get(s, 0)
+            peak = max(peak, sum(live.values()))
+            for s in r.release:
+                live.pop(s, None)
+        return peak
+
+    def _require_built(self) -> None:
+        if self.state != GraphState.Complete:
+            raise GraphError(f"the graph is in state {self.state.name}; call build() first")
+
+    # -- execution --------------------------------------------------------------------------------
+    def _convert_input(self, k: int, x: Any) -> Any:
+        spec = self.inputs[k]
+        be = self.backend
+        if hasattr(x, "data") and type(x).__name__ == "Tensor" and hasattr(x, "backend"):
+            x = x.data
+        lib = type(x).__module__.split(".")[0]
+        if lib == "numpy" and hasattr(x, "dtype"):
+            arr = x if be.library == "numpy" else be.asarray(x)
+        elif be.owns(x):
+            if not be.same_device(x.device):
+                raise InputError(f"input {k} ({spec.name}) is on device {x.device}, but the graph runs on "
+                                 f"{be.device_str()}; move it there or pass a numpy array")
+            arr = x
+        else:
+            raise InputError(
+                f"input {k} ({spec.name}) is a {type(x).__module__}.{type(x).__name__}; pass a numpy array "
+                f"or an array of the graph's backend ({be.name})")
+        shape = tuple(arr.shape)
+        if spec.shape is not None:
+            exp = spec.shape
+            if len(shape) != len(exp) or any(e is not None and e != s for e, s in zip(exp, shape)):
+                hint = ""
+                if (not self._dynamic and len(shape) == len(exp) and shape[1:] == tuple(exp[1:])):
+                    hint = (" (the model was exported with a static batch; export it with pnnx's "
+                            "inputs2= to make the batch dynamic)")
+                raise InputError(f"input {k} ({spec.name}) has shape {shape}, the model expects {spec}{hint}")
+        if spec.dtype is not None and _dtype_name(arr.dtype) != spec.dtype:
+            raise InputError(f"input {k} ({spec.name}) has dtype {_dtype_name(arr.dtype)}, the model "
+                             f"expects {spec.dtype}")
+        return arr
+
+    def forward(self, *inputs: Any, profile: bool = False, **named: Any) -> tuple[Any, ...]:
+        """Run the graph. Inputs by position (in ``self.inputs`` order) or by name; each a numpy
+        array or an array of the graph's backend on its device. Returns a tuple of backend arrays
+        in ``pnnx.Output`` order. ``profile=True`` records per-layer times in ``last_profile``."""
+        if self.state != GraphState.Complete:
+            self.build()
+        n = len(self._input_ids)
+        if named:
+            if inputs:
+                raise InputError("give the inputs either by position or by name, not both")
+            index = {s.name: i for i, s in enumerate(self.inputs)} | self._input_alias
+            unknown = sorted(set(named) - set(index))
+            if unknown:
+                raise InputError(f"unknown input name(s) {unknown}; the graph's inputs are "
+                                 f"{[s.name for s in self.inputs]}")
+            ordered: list[Any] = [None] * n
+            for key, v in named.items():
+                ordered[index[key]] = v
+            if any(v is None for v in ordered):
+                miss = [self.inputs[i].name for i, v in enumerate(ordered) if v is None]
+                raise InputError(f"missing input(s) {miss}")
+            inputs = tuple(ordered)
+        if len(inputs) != n:
+            raise InputError(f"the graph takes {n} input(s) ({', '.join(str(s) for s in self.inputs)}); "
+                             f"got {len(inputs)}")
+        env: list[Any] = [None] * len(self._slots)
+        for k, (s, x) in enumerate(zip(self._input_ids, inputs)):
+            env[s] = self._convert_input(k, x)
+        timings: list[tuple[str, str, float]] = []
+        sync = self.backend.synchronize
+        for r, checks in zip(self._steps, self._check_shapes):
+            args = [env[s] for s in r.in_ids]
+            t0 = time.perf_counter() if profile else 0.0
+            try:
+                out = r.layer.forward(*args)  # type: ignore[union-attr]
+            except KuiperXPError as exc:
+                _note(exc, r)
+                raise
+            except Exception as exc:
+                raise LayerRuntimeError(
+                    f"{r.op.where} failed on inputs {[_describe(a) for a in args]}: "
+                    f"{type(exc).__name__}: {exc}") from exc
+            if profile:
+                sync()
+                timings.append((r.name, r.type, time.perf_counter() - t0))
+            if len(r.out_ids) == 1:
+                env[r.out_ids[0]] = out
+            else:
+                if not isinstance(out, (tuple, list)) or len(out) != len(r.out_ids):
+                    raise LayerRuntimeError(f"{r.op.where} returned {type(out).__name__}, expected "
+                                            f"{len(r.out_ids)} outputs")
+                for s, v in zip(r.out_ids, out):
+                    env[s] = v
+            for operand, k in checks:
+                _check_output(r, operand, env[r.out_ids[k]])
+            for s in r.release:
+                env[s] = None
+        if profile:
+            self.last_profile = timings
+        return tuple(env[s] for s in self._output_ids)
+
+    __call__ = forward
+
+    def run(self, feeds: dict[str, Any] | None = None, **named: Any) -> dict[str, Any]:
+        """Like :meth:`forward` with named inputs; returns ``{output name: array}``."""
+        outs = self.forward(**(feeds or {}), **named)
+        return {spec.name: v for spec, v in zip(self.outputs, outs)}
+
+    def __repr__(self) -> str:
+        return (f"<Graph {self.param_path.name} state={self.state.name} backend={self.backend.name} "
+                f"device={self.backend.device_str()} ops={len(self.operators)}>")
+
+
+def _describe(a: Any) -> str:
+    shape = getattr(a, "shape", None)
+    return f"{tuple(shape)} {_dtype_name(a.dtype)}" if shape is not None else type(a).__name__
+
+
+def _note(exc: BaseException, r: RuntimeOperator) -> None:
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(f"while running {r.op.where}")
+
+
+def _check_output(r: RuntimeOperator, operand: Operand, value: Any) -> None:
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        raise LayerRuntimeError(f"{r.op.where}: output {operand.name!r} is a {type(value).__name__}, not an array")
+    exp = operand.shape
+    if exp is not None:
+        if len(shape) != len(exp) or any(e is not None and e != s for e, s in zip(exp, shape)):
+            raise ShapeError(f"{r.op.where}: output {operand.name!r} has shape {tuple(shape)}, "
+                             f"the model declares {operand.shape_str()}")
+    if operand.dtype is not None and operand.dtype in DTYPES:
+        got = _dtype_name(value.dtype)
+        if got != DTYPES[operand.dtype][0]:
+            raise ShapeError(f"{r.op.where}: output {operand.name!r} has dtype {got}, "
+                             f"the model declares {DTYPES[operand.dtype][0]}")
+
+
+def load(
+    param_path: str | os.PathLike,
+    backend: str | Backend | None = None,
+    device: Any = None,
+    bin_path: str | os.PathLike | None = None,
+) -> Graph:
+    """Load a pnnx model (``.pnnx.param``; the ``.bin`` beside it unless ``bin_path``) and build
+    it on ``backend``/``device`` (default: ``$KUIPER_XP_BACKEND``, else cupy with a CUDA device,
+    else numpy). Returns a built :class:`Graph`; call it with the inputs."""
+    return Graph(param_path, bin_path=bin_path, backend=backend, device=device).build()
