@@ -290,13 +290,13 @@ class Tensor:
         return _scalar(self._data[idx])
 
     def __getitem__(self, key):
-        out = self._data[key]
+        out = self._data[_full_key(key, self.ndim)]
         return _scalar(out) if out.ndim == 0 else Tensor._wrap(out, self._backend)
 
     def __setitem__(self, key, value):
         if isinstance(value, Tensor):
             value = value.data
-        self._data[key] = value
+        self._data[_full_key(key, self.ndim)] = value
 
     def __len__(self) -> int:
         return self.shape[0] if self.ndim else 0
@@ -321,6 +321,16 @@ class Tensor:
         if len(body) > 400:
             body = body[:400] + " ..."
         return head + "\n" + body
+
+
+def _full_key(key, ndim: int):
+    # numpy-style partial indexing (t[0] on a 2-D tensor); the standard needs the trailing '...'
+    parts = key if isinstance(key, tuple) else (key,)
+    if any(p is Ellipsis or p is None for p in parts) or len(parts) >= ndim:
+        return key
+    if any(hasattr(p, "shape") for p in parts):
+        return key
+    return parts + (Ellipsis,)
 
 
 def _swap_last2(xp, a):

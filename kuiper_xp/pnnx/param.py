@@ -18,7 +18,8 @@ from kuiper_xp.limits import get_limits
 from .ir import DTYPES, Model, Operand, Operator, WeightRef
 
 MAGIC = "7767517"
-_INT_RE = re.compile(r"[+-]?\d+\Z")
+_INT_RE = re.compile(r"[+-]?[0-9]+\Z")
+_COUNT_RE = re.compile(r"[0-9]{1,18}\Z")  # a count: non-negative, fits in int64
 _SHAPE_RE = re.compile(r"\((.*)\)([a-z0-9]+)\Z")
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from . import ModelSpec, get_spec
 
-__all__ = ["export", "reference", "cache_root", "zoo_hash", "export_dir", "main"]
+__all__ = ["export", "export_meta", "reference", "cache_root", "zoo_hash", "export_dir", "prune_cache", "main"]
 
 ZOO_DIR = Path(__file__).resolve().parent
 #: files whose content decides the cache key (README, inventory and INVENTORY.md do not)
@@ -261,6 +261,7 @@ def export(name_or_spec: str | ModelSpec, dynamic: bool = False, *, force: bool 
             meta = _run_pnnx(spec, tmp, dynamic, tmp / "export.log")
             meta["export_seconds"] = round(time.perf_counter() - t0, 3)
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+            os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
             if final.exists():  # stale/incomplete or forced: move it aside, then drop it
                 old = Path(tempfile.mkdtemp(prefix=f".old-{final.name}-", dir=root))
                 os.replace(final, old / "x")
@@ -330,6 +331,21 @@ def reference(name_or_spec: str | ModelSpec, batch: int = 1, *, cache: bool = Tr
     return ins_np, outs_np
 
 
+def prune_cache() -> list[Path]:
+    """Remove exports and references whose hash is not the current zoo_hash(); return them."""
+    root, h = cache_root(), zoo_hash()
+    removed = []
+    for p in root.iterdir():
+        if p.name.startswith(".") or h in p.name:
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -343,7 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dynamic", action="store_true", help="export with a dynamic batch dimension")
     ap.add_argument("--force", action="store_true", help="re-export even if cached")
     ap.add_argument("--list", action="store_true", help="list the zoo models and exit")
+    ap.add_argument("--prune", action="store_true", help="delete cached exports of older zoo versions and exit")
     args = ap.parse_args(argv)
+    if args.prune:
+        for p in prune_cache():
+            print(f"removed {p}")
+        return 0
     if args.list:
         for s in list_specs():
             print(f"{s.name:22s} dyn_batch={s.dynamic_batch!s:4s} {'slow ' if s.slow else ''}{s.description}")

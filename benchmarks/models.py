@@ -1,0 +1,265 @@
+"""Model selection and the exports every engine of the benchmark reads.
+
+The architectures (and their seeded random weights and inputs) come from the reference zoo in
+``tests/zoo/``; every engine gets the *same* torch module, so the weights are identical:
+
+* kuiper-xp: the zoo's cached pnnx export with a dynamic batch (``tests.zoo.export.export(name,
+  dynamic=True)``): one ``.pnnx.param``/``.pnnx.bin`` serves batch 1 and batch 8;
+* onnxruntime: ``torch.onnx.export`` of the same module with a dynamic batch axis;
+* ncnn: pnnx's own ncnn export (``.ncnn.param``/``.ncnn.bin``) of a batch-1 trace with ``fp16=0``
+  (the zoo's export keeps pnnx's default fp16 weights, so the benchmark makes its own).
+
+Peer exports are cached in ``$KUIPER_XP_BENCH_CACHE`` (default ``~/.cache/kuiper-xp/bench``), one
+directory per model and zoo hash (the hash covers the zoo sources and the torch/pnnx versions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+from zoo import ModelSpec, get_spec, list_specs  # noqa: E402
+from zoo.export import export as zoo_export  # noqa: E402
+from zoo.export import zoo_hash  # noqa: E402
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "ALIASES",
+    "resolve_model",
+    "ModelFiles",
+    "model_files",
+    "flatten",
+    "bench_cache_root",
+]
+
+#: the four models of issue 8
+DEFAULT_MODELS = ("resnet18", "mobilenet_v2", "yolov5n", "vit_b_32")
+#: spellings accepted on the command line
+ALIASES = {
+    "vit_b32": "vit_b_32",
+    "vit-b/32": "vit_b_32",
+    "vitb32": "vit_b_32",
+    "resnet-18": "resnet18",
+    "mobilenetv2": "mobilenet_v2",
+    "yolov5": "yolov5n",
+}
+
+
+def resolve_model(name: str) -> ModelSpec:
+    """The zoo spec of a command-line model name (aliases such as ``vit_b32`` accepted)."""
+    key = name.strip().lower()
+    return get_spec(ALIASES.get(key, key))
+
+
+def available_models() -> list[str]:
+    return [s.name for s in list_specs()]
+
+
+def bench_cache_root() -> Path:
+    env = os.environ.get("KUIPER_XP_BENCH_CACHE")
+    root = Path(env).expanduser() if env else Path.home() / ".cache" / "kuiper-xp" / "bench"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def flatten(y) -> list:
+    """Model outputs flattened in order (the order of the pnnx graph's outputs)."""
+    if isinstance(y, (tuple, list)):
+        out: list = []
+        for item in y:
+            out.extend(flatten(item))
+        return out
+    return [y]
+
+
+@dataclass
+class ModelFiles:
+    """Where each engine's copy of one model lies (paths may be None when an export failed;
+    the matching ``*_error`` then says why)."""
+
+    name: str
+    pnnx_param: Path | None = None
+    pnnx_error: str = ""
+    onnx: Path | None = None
+    onnx_error: str = ""
+    ncnn_param: Path | None = None
+    ncnn_bin: Path | None = None
+    ncnn_inputs: tuple[str, ...] = ()
+    ncnn_outputs: tuple[str, ...] = ()
+    ncnn_error: str = ""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (for the error column of the table)."""
+    msg = str(exc).strip().splitlines()
+    text = f"{type(exc).__name__}: {msg[0] if msg else ''}".strip()
+    return text[:300]
+
+
+@contextlib.contextmanager
+def _quiet(log_path: Path):
+    """fd-level redirect of stdout/stderr (exporters print a lot) into log_path."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with open(log_path, "ab") as log:
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    yield
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+
+
+def _peer_dir(spec: ModelSpec) -> Path:
+    return bench_cache_root() / f"{spec.name}-{zoo_hash()}"
+
+
+_BLOB_RE = re.compile(r'ex\.(input|extract)\(\s*"([^"]+)"')
+
+
+def ncnn_blob_names(ncnn_py: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Input and output blob names, in order, from the ``*_ncnn.py`` that pnnx writes
+    (``ex.input("in0", ...)`` / ``ex.extract("out0")``)."""
+    ins: list[str] = []
+    outs: list[str] = []
+    for kind, name in _BLOB_RE.findall(ncnn_py.read_text()):
+        (ins if kind == "input" else outs).append(name)
+    return tuple(dict.fromkeys(ins)), tuple(dict.fromkeys(outs))
+
+
+def _export_ncnn(spec: ModelSpec, model, inputs, d: Path, log: Path) -> None:
+    """Trace at batch 1 and run the pnnx binary with fp16=0; keep the ncnn files + blob names."""
+    import pnnx
+    import torch
+    from pnnx.utils.utils import generate_inputs_arg, get_shape_from_inputs, get_type_from_inputs
+
+    work = Path(tempfile.mkdtemp(prefix=".ncnn-", dir=d))
+    try:
+        pt = work / "m.pt"
+        with _quiet(log), torch.no_grad():
+            traced = torch.jit.trace(model, inputs, check_trace=False)
+            traced.save(str(pt))
+        del traced
+        shapes = generate_inputs_arg(get_shape_from_inputs(inputs), get_type_from_inputs(inputs))
+        cmd = [pnnx.EXEC_PATH, str(pt), f"inputshape={shapes}", "device=cpu", "fp16=0",
+               f"pnnxparam={work / 'm.pnnx.param'}", f"pnnxbin={work / 'm.pnnx.bin'}",
+               f"pnnxpy={work / 'm_pnnx.py'}", f"pnnxonnx={work / 'm.pnnx.onnx'}",
+               f"ncnnparam={work / 'm.ncnn.param'}", f"ncnnbin={work / 'm.ncnn.bin'}",
+               f"ncnnpy={work / 'm_ncnn.py'}"]
+        with open(log, "ab") as f:
+            f.write(("\n$ " + " ".join(cmd) + "\n").encode())
+            f.flush()
+            proc = subprocess.run(cmd, cwd=work, stdout=f, stderr=subprocess.STDOUT)
+        if proc.returncode != 0 or not (work / "m.ncnn.param").is_file():
+            raise RuntimeError(f"pnnx ncnn export failed (exit {proc.returncode}); see {log}")
+        ins, outs = ncnn_blob_names(work / "m_ncnn.py")
+        for f_ in ("m.ncnn.param", "m.ncnn.bin", "m_ncnn.py"):
+            os.replace(work / f_, d / f_)
+        (d / "ncnn_blobs.json").write_text(json.dumps({"inputs": ins, "outputs": outs}) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _export_onnx(spec: ModelSpec, model, inputs, d: Path, log: Path) -> None:
+    """torch.onnx.export with a dynamic batch axis on every input and output."""
+    import torch
+
+    n_out = len(flatten(model(*inputs)))
+    in_names = [f"in{i}" for i in range(len(inputs))]
+    out_names = [f"out{i}" for i in range(n_out)]
+    axes = {n: {0: "batch"} for n in in_names + out_names}
+    tmp = d / ".m.onnx.tmp"
+    errors: list[str] = []
+    # the legacy TorchScript exporter first: it is quick, needs no onnxscript rewrites, and
+    # writes one self-contained file; the dynamo exporter is the fallback
+    for dynamo in (False, True):
+        try:
+            with _quiet(log):
+                kw = dict(input_names=in_names, output_names=out_names, opset_version=17)
+                if dynamo:
+                    batch = torch.export.Dim("batch", min=1, max=64)
+                    kw["dynamic_shapes"] = tuple({0: batch} for _ in inputs)
+                    kw["external_data"] = False
+                else:
+                    kw["dynamic_axes"] = axes
+                torch.onnx.export(model, tuple(inputs), str(tmp), dynamo=dynamo, **kw)
+            os.replace(tmp, d / "m.onnx")
+            (d / "onnx.json").write_text(json.dumps({"dynamo": dynamo}) + "\n")
+            return
+        except Exception as exc:  # try the other exporter
+            errors.append(f"dynamo={dynamo}: {one_line(exc)}")
+    raise RuntimeError("torch.onnx.export failed: " + " | ".join(errors))
+
+
+def model_files(spec: ModelSpec, engines: set[str], verbose: bool = True) -> ModelFiles:
+    """Make (or find cached) the exports the chosen engines need; never raises: a failed export
+    is recorded in the matching ``*_error`` field."""
+    import torch
+
+    mf = ModelFiles(spec.name)
+    if "kuiper" in engines:
+        try:
+            t0 = time.perf_counter()
+            mf.pnnx_param = zoo_export(spec, dynamic=spec.dynamic_batch is not None)
+            if verbose and time.perf_counter() - t0 > 1:
+                print(f"  [{spec.name}] pnnx export (dynamic batch) {time.perf_counter() - t0:.1f}s")
+        except Exception as exc:
+            mf.pnnx_error = "pnnx export: " + one_line(exc)
+    d = _peer_dir(spec)
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "export.log"
+    need_onnx = "onnxruntime" in engines and not (d / "m.onnx").is_file()
+    need_ncnn = "ncnn" in engines and not (d / "ncnn_blobs.json").is_file()
+    if need_onnx or need_ncnn:
+        model = spec.build().eval()
+        inputs = tuple(spec.inputs(1))
+        with torch.no_grad():
+            if need_onnx:
+                t0 = time.perf_counter()
+                try:
+                    _export_onnx(spec, model, inputs, d, log)
+                    if verbose:
+                        print(f"  [{spec.name}] onnx export {time.perf_counter() - t0:.1f}s")
+                except Exception as exc:
+                    mf.onnx_error = "onnx export: " + one_line(exc)
+        if need_ncnn:
+            t0 = time.perf_counter()
+            try:
+                _export_ncnn(spec, model, inputs, d, log)
+                if verbose:
+                    print(f"  [{spec.name}] ncnn export (pnnx, fp16=0) {time.perf_counter() - t0:.1f}s")
+            except Exception as exc:
+                mf.ncnn_error = "ncnn export: " + one_line(exc)
+        del model
+    if "onnxruntime" in engines and not mf.onnx_error:
+        mf.onnx = d / "m.onnx"
+    if "ncnn" in engines and not mf.ncnn_error:
+        mf.ncnn_param, mf.ncnn_bin = d / "m.ncnn.param", d / "m.ncnn.bin"
+        blobs = json.loads((d / "ncnn_blobs.json").read_text())
+        mf.ncnn_inputs, mf.ncnn_outputs = tuple(blobs["inputs"]), tuple(blobs["outputs"])
+    return mf

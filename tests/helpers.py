@@ -1,0 +1,106 @@
+"""Shared test helpers: export a torch module with pnnx, run it with kuiper-xp, compare.
+
+    path = export_torch(module, (x,), tmp_path)                 # -> .pnnx.param
+    compare_with_torch(module, (x,), backend, tmp_path)           # export + run + assert_close
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import kuiper_xp
+
+_VERBOSE = bool(os.environ.get("KUIPER_XP_VERBOSE_EXPORT"))
+
+
+@contextlib.contextmanager
+def quiet_fds():
+    """Silence stdout/stderr at the file-descriptor level (pnnx's C++ converter prints a lot)."""
+    if _VERBOSE:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def export_torch(module, inputs, out_dir=None, inputs2=None, name="m") -> Path:
+    """Export ``module`` (put in eval mode) with pnnx; returns the ``.pnnx.param`` path.
+    ``inputs2`` (a second input tuple of another batch) makes the exported shapes dynamic."""
+    import pnnx
+    import torch
+
+    out_dir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="kxp-export-"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    module = module.eval()
+    inputs = tuple(inputs)
+    kwargs = {}
+    if inputs2 is not None:
+        kwargs["inputs2"] = tuple(inputs2)
+    pt = out_dir / f"{name}.pt"
+    with torch.no_grad(), quiet_fds():
+        pnnx.export(module, str(pt), inputs, **kwargs)
+    for suffix in (".pt", "_pnnx.py", ".pnnx.onnx", ".ncnn.param", ".ncnn.bin", "_ncnn.py"):
+        p = out_dir / f"{name}{suffix}"
+        if p.exists():
+            p.unlink()
+    param = out_dir / f"{name}.pnnx.param"
+    if not param.exists():
+        raise RuntimeError(f"pnnx did not write {param}")
+    return param
+
+
+def torch_outputs(module, inputs) -> tuple[np.ndarray, ...]:
+    import torch
+
+    with torch.no_grad():
+        out = module.eval()(*inputs)
+    if isinstance(out, torch.Tensor):
+        out = (out,)
+    flat = []
+    for o in out:
+        if isinstance(o, (tuple, list)):
+            flat.extend(o)
+        else:
+            flat.append(o)
+    return tuple(o.detach().numpy() for o in flat)
+
+
+def run_graph(param, backend, inputs) -> tuple[np.ndarray, ...]:
+    g = kuiper_xp.load(param, backend=backend)
+    host = [i.detach().numpy() if hasattr(i, "detach") else np.asarray(i) for i in inputs]
+    return tuple(kuiper_xp.to_numpy(o) for o in g(*host))
+
+
+def compare_with_torch(module, inputs, backend, out_dir=None, rtol=1e-4, inputs2=None, param=None,
+                       run_inputs=None):
+    """Export (unless ``param`` is given), run on ``backend``, compare every output with torch."""
+    from conftest import assert_close
+
+    if param is None:
+        param = export_torch(module, inputs, out_dir, inputs2=inputs2)
+    run_inputs = inputs if run_inputs is None else run_inputs
+    expected = torch_outputs(module, run_inputs)
+    got = run_graph(param, backend, run_inputs)
+    assert len(got) == len(expected), f"{len(got)} outputs, torch has {len(expected)}"
+    for k, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, rtol=rtol, what=f"output {k}")
+    return param

@@ -1,0 +1,151 @@
+"""The runtime graph (seeds 002/003) on models exported by pnnx from small torch networks."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import kuiper_xp
+from kuiper_xp import Graph, GraphState
+from kuiper_xp.errors import GraphError, InputError
+from helpers import export_torch, torch_outputs
+from conftest import assert_close
+
+
+class Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.ReLU()
+        self.b = nn.Sigmoid()
+
+    def forward(self, x):
+        return self.a(self.b(self.a(x)))
+
+
+class TwoInTwoOut(nn.Module):
+    def forward(self, x, y):
+        return torch.sigmoid(x), torch.relu(torch.sigmoid(y))
+
+
+@pytest.fixture(scope="session")
+def chain_param(tmp_path_factory):
+    x = torch.randn(1, 3, 8, 8)
+    return export_torch(Chain(), (x,), tmp_path_factory.mktemp("chain"))
+
+
+@pytest.fixture(scope="session")
+def chain_dynamic_param(tmp_path_factory):
+    return export_torch(Chain(), (torch.randn(1, 3, 8, 8),), tmp_path_factory.mktemp("chaindyn"),
+                        inputs2=(torch.randn(4, 3, 8, 8),))
+
+
+@pytest.fixture(scope="session")
+def two_param(tmp_path_factory):
+    return export_torch(TwoInTwoOut(), (torch.randn(2, 5), torch.randn(1, 3, 4)),
+                        tmp_path_factory.mktemp("two"))
+
+
+def test_stages_step_by_step(chain_param, backend):
+    g = Graph(chain_param, backend=backend)
+    assert g.state == GraphState.NeedInit and str(g.state) == "NeedInit"
+    with pytest.raises(GraphError, match="NeedInit"):
+        g.execution_order
+    g.init()
+    assert g.state == GraphState.NeedBuild
+    assert [r.type for r in g.operators][0] == "pnnx.Input"
+    g.build()
+    assert g.state == GraphState.Complete
+    g.build()  # building twice is a no-op, as in the seed
+    types = [r.type for r in g.execution_order]
+    assert types == ["nn.ReLU", "nn.Sigmoid", "nn.ReLU"]
+    # successors link each operator to the next (seed 002's output_operators)
+    first = g.operators[0]
+    assert first.type == "pnnx.Input" and [s.type for s in first.successors] == ["nn.ReLU"]
+
+
+def test_chain_matches_torch(chain_param, backend):
+    x = torch.randn(1, 3, 8, 8) * 3
+    (y,) = kuiper_xp.load(chain_param, backend=backend)(x.numpy())
+    assert_close(y, torch_outputs(Chain(), (x,))[0], rtol=1e-6)
+
+
+def test_backend_arrays_are_accepted_and_returned(chain_param, backend):
+    g = kuiper_xp.load(chain_param, backend=backend)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (y,) = g(backend.asarray(x))
+    assert backend.owns(y)
+    assert_close(y, torch_outputs(Chain(), (torch.from_numpy(x),))[0], rtol=1e-6)
+
+
+def test_several_inputs_and_outputs_by_position_and_name(two_param, backend):
+    g = kuiper_xp.load(two_param, backend=backend)
+    assert len(g.inputs) == 2 and len(g.outputs) == 2
+    assert g.inputs[0].shape == (2, 5) and g.inputs[1].shape == (1, 3, 4)
+    assert g.inputs[0].dtype == "float32"
+    x = torch.randn(2, 5)
+    y = torch.randn(1, 3, 4)
+    expected = torch_outputs(TwoInTwoOut(), (x, y))
+    got = g(x.numpy(), y.numpy())
+    for a, e in zip(got, expected):
+        assert_close(a, e, rtol=1e-6)
+    named = g.run({g.inputs[0].name: x.numpy(), g.inputs[1].name: y.numpy()})
+    assert list(named) == [s.name for s in g.outputs]
+    for a, e in zip(named.values(), expected):
+        assert_close(a, e, rtol=1e-6)
+
+
+def test_dynamic_batch(chain_dynamic_param, backend):
+    g = kuiper_xp.load(chain_dynamic_param, backend=backend)
+    assert g.inputs[0].shape[0] is None
+    for batch in (1, 3, 7):
+        x = torch.randn(batch, 3, 8, 8)
+        (y,) = g(x.numpy())
+        assert_close(y, torch_outputs(Chain(), (x,))[0], rtol=1e-6, what=f"batch {batch}")
+
+
+def test_static_batch_is_enforced_with_a_hint(chain_param):
+    g = kuiper_xp.load(chain_param, backend="numpy")
+    with pytest.raises(InputError, match="static batch"):
+        g(np.zeros((2, 3, 8, 8), np.float32))
+
+
+def test_wrong_inputs_are_clear(chain_param):
+    g = kuiper_xp.load(chain_param, backend="numpy")
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    with pytest.raises(InputError, match="takes 1 input"):
+        g(x, x)
+    with pytest.raises(InputError, match=r"shape \(1, 3, 8\)"):
+        g(x[..., 0])
+    with pytest.raises(InputError, match="dtype float64"):
+        g(x.astype(np.float64))
+    with pytest.raises(InputError, match="unknown input name"):
+        g(nope=x)
+
+
+def test_profile_and_memory_plan(chain_param):
+    g = kuiper_xp.load(chain_param, backend="numpy")
+    g(np.zeros((1, 3, 8, 8), np.float32), profile=True)
+    assert [t for _, t, _ in g.last_profile] == ["nn.ReLU", "nn.Sigmoid", "nn.ReLU"]
+    assert all(s >= 0 for _, _, s in g.last_profile)
+    # 1x3x8x8 float32 = 768 bytes; along a chain at most two activations are alive at once
+    assert g.planned_peak_bytes() == 2 * 768
+
+
+def test_intermediates_are_released_after_last_use(chain_param):
+    import gc
+    import weakref
+
+    g = kuiper_xp.load(chain_param, backend="numpy")
+    refs = []
+    layer = g.execution_order[0].layer
+    orig = layer.forward
+
+    def spy(x):
+        out = orig(x)
+        refs.append(weakref.ref(out))
+        return out
+
+    layer.forward = spy
+    (y,) = g(np.ones((1, 3, 8, 8), np.float32))
+    gc.collect()
+    assert refs[0]() is None  # the first ReLU's output was dropped once the Sigmoid consumed it

@@ -1,0 +1,96 @@
+"""The layer registry of seed 004."""
+
+import numpy as np
+import pytest
+import torch
+
+from kuiper_xp.errors import LayerParameterError, UnsupportedOperatorError
+from kuiper_xp.layers import BuildContext, Layer, LayerRegistry, RegistryError, create_layer, registry
+from kuiper_xp.pnnx.param import parse_param_text
+
+
+def _op(text_line: str, extra_lines=()):
+    lines = ["7767517", f"{2 + len(extra_lines)} 2", "pnnx.Input in0 0 1 0", text_line, *extra_lines]
+    # the tested op reads operand 0 and writes 1; an Output closes the graph
+    lines.append("pnnx.Output out0 1 0 1")
+    lines[1] = f"{len(lines) - 2} 2"
+    return parse_param_text("\n".join(lines)).operators[1]
+
+
+def test_one_global_registry():
+    # seed test registry1/registry2: every access sees the same registry
+    from kuiper_xp.layers import registry as r1
+    from kuiper_xp.layers.registry import registry as r2
+
+    assert r1 is r2
+
+
+def test_register_and_create_on_a_fresh_registry(backend):
+    reg = LayerRegistry()
+    assert len(reg) == 0
+
+    @reg.register("test_type", "test_type_alias")
+    class MyLayer(Layer):
+        pass
+
+    assert len(reg) == 2 and "test_type" in reg
+    op = _op("test_type t0 1 1 0 1")
+    layer = reg.create(op, BuildContext(backend))
+    assert isinstance(layer, MyLayer) and layer.op_name == "t0" and layer.op_type == "test_type"
+    assert MyLayer.type_names == ("test_type", "test_type_alias")
+
+
+def test_duplicate_registration_is_an_error():
+    reg = LayerRegistry()
+    reg.register("x.Op")(type("A", (Layer,), {}))
+    with pytest.raises(RegistryError, match="already registered to A"):
+        reg.register("x.Op")(type("B", (Layer,), {}))
+    with pytest.raises(RegistryError):
+        reg.register()(type("C", (Layer,), {}))
+    with pytest.raises(RegistryError, match="not a Layer"):
+        reg.register("y.Op")(int)
+
+
+def test_unknown_type_lists_supported(backend):
+    op = _op("nn.Frobnicate f0 1 1 0 1")
+    with pytest.raises(UnsupportedOperatorError) as ei:
+        create_layer(op, BuildContext(backend))
+    msg = str(ei.value)
+    assert "nn.Frobnicate" in msg and "'f0'" in msg and "nn.ReLU" in msg and ":4" in msg
+    assert isinstance(ei.value, NotImplementedError)
+
+
+def test_seed_layers_are_registered_under_pnnx_names():
+    for name in ("nn.ReLU", "F.relu", "nn.Sigmoid", "F.sigmoid", "pnnx.Input", "pnnx.Output", "pnnx.Attribute"):
+        assert name in registry, name
+
+
+@pytest.mark.parametrize("type_name,fn", [("nn.ReLU", torch.relu), ("F.relu", torch.relu),
+                                          ("nn.Sigmoid", torch.sigmoid), ("F.sigmoid", torch.sigmoid)])
+def test_relu_and_sigmoid_forward_match_torch(backend, type_name, fn):
+    from conftest import assert_close
+
+    x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32) * 4
+    x[0, 0, :3] = [np.nan, np.inf, -np.inf]
+    layer = create_layer(_op(f"{type_name} a 1 1 0 1"), BuildContext(backend))
+    with np.errstate(all="raise"):
+        got = layer(backend.asarray(x))
+    assert_close(got, fn(torch.from_numpy(x)).numpy(), rtol=1e-6, what=type_name)
+
+
+def test_typed_parameter_accessor_names_op_key_and_value():
+    op = _op("nn.Foo foo 1 1 0 1 eps=1e-05 k=(3,3) mode=reflect flag=True n=4 none=None")
+    assert op.param("eps", float) == 1e-05
+    assert op.param("n", float) == 4.0
+    assert op.ints("k", 2) == (3, 3)
+    assert op.ints("n", 2) == (4, 4)
+    assert op.param("mode", str) == "reflect"
+    assert op.param("flag", bool) is True
+    assert op.param("none", int) is None
+    assert op.param("missing", int, default=7) == 7
+    with pytest.raises(LayerParameterError, match=r"nn.Foo 'foo'.*'mode' should be int, found 'reflect'"):
+        op.param("mode", int)
+    with pytest.raises(LayerParameterError, match="'missing' is missing"):
+        op.param("missing", int)
+    with pytest.raises(LayerParameterError, match="3 values"):
+        op.ints("k", 3)
