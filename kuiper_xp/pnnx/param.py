@@ -69,29 +69,44 @@ def _scalar(text: str) -> Any:
         return text
 
 
+def _shorten(text: str, n: int = 60) -> str:
+    return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} characters)"
+
+
 def _parse_shape(text: str, limits) -> tuple[tuple[int | None, ...], str]:
+    """``(d0,d1,...)dtype`` -> (dims, dtype). Format errors raise ValueError; a dimension or rank
+    over the limits raises ResourceLimitError (without location: the caller adds it)."""
     m = _SHAPE_RE.match(text)
     if not m:
-        raise ValueError(f"expected '(d0,d1,...)dtype', found {text!r}")
+        raise ValueError(f"expected '(d0,d1,...)dtype', found {_shorten(text)}")
     inner, dtype = m.group(1), m.group(2)
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r} in {text!r}; known: {', '.join(DTYPES)}")
+        raise ValueError(f"unknown dtype {_shorten(dtype, 20)} in {_shorten(text)}; known: {', '.join(DTYPES)}")
     dims: list[int | None] = []
     if inner.strip():
         parts = inner.split(",")
         if len(parts) > limits.max_rank:
-            raise ValueError(f"shape {text!r} has {len(parts)} dimensions (limit {limits.max_rank})")
+            raise ResourceLimitError(f"shape {_shorten(text)} has {len(parts)} dimensions "
+                                     f"(limit max_rank={limits.max_rank})")
         for p in parts:
             p = p.strip()
-            if p == "?":
+            if p == "?" or p == "-1":
                 dims.append(None)
-            elif _INT_RE.match(p) and int(p) >= 0:
-                dims.append(int(p))
-            elif p == "-1":
-                dims.append(None)
+            elif _INT_RE.match(p) and p[0] not in "+-":
+                # more than 30 digits is over any limit; do not feed it to int()
+                d = int(p) if len(p) <= 30 else None
+                if d is None or d > limits.max_dim:
+                    raise ResourceLimitError(f"dimension {_shorten(p, 40)} in {_shorten(text)} is over "
+                                             f"the limit max_dim={limits.max_dim}")
+                dims.append(d)
             else:
-                raise ValueError(f"bad dimension {p!r} in {text!r}")
+                raise ValueError(f"bad dimension {_shorten(p, 40)} in {_shorten(text)}")
     return tuple(dims), dtype
+
+
+def _raise_limit(exc: ResourceLimitError, where: str) -> None:
+    raise ResourceLimitError(f"{where}: {exc} (raise it with kuiper_xp.limits.set_limits(...) or "
+                             "the KUIPER_XP_MAX_... environment variable)") from None
 
 
 def parse_param(path: str | os.PathLike) -> Model:
@@ -102,16 +117,21 @@ def parse_param(path: str | os.PathLike) -> Model:
         size = path.stat().st_size
     except FileNotFoundError:
         raise ParamFormatError("file not found", str(path)) from None
-    except OSError as exc:
+    except (OSError, ValueError) as exc:
         raise ParamFormatError(f"cannot read: {exc}", str(path)) from None
     if size > limits.max_param_bytes:
         raise ResourceLimitError(
-            f"{path}: param file is {size} bytes, over the limit of {limits.max_param_bytes} "
-            "(raise it with kuiper_xp.limits.set_limits(max_param_bytes=...))"
+            f"{path}: param file is {size} bytes, over the limit max_param_bytes="
+            f"{limits.max_param_bytes} (raise it with kuiper_xp.limits.set_limits(max_param_bytes=...) "
+            "or KUIPER_XP_MAX_PARAM_BYTES)"
         )
     try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(limits.max_param_bytes + 1)  # the file may have grown since stat()
+        if len(raw) > limits.max_param_bytes:
+            raise ResourceLimitError(f"{path}: param file is over the limit max_param_bytes="
+                                     f"{limits.max_param_bytes}")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ParamFormatError(f"not UTF-8 text (byte {exc.start})", str(path), line) from None
@@ -120,9 +140,25 @@ def parse_param(path: str | os.PathLike) -> Model:
     return parse_param_text(text, str(path))
 
 
+def _count(text: str) -> int | None:
+    """A non-negative count, or None when it is not one; a count of more than 18 digits is
+    returned as a huge number (it is over every limit) without converting it."""
+    if _COUNT_RE.match(text):
+        return int(text)
+    if _INT_RE.match(text) and text[0] not in "+-":
+        return 10**18
+    return None
+
+
 def parse_param_text(text: str, path: str = "<string>") -> Model:
-    """Parse the text of a ``.pnnx.param`` file."""
+    """Parse the text of a ``.pnnx.param`` file (``\n`` or ``\r\n`` line ends; blank lines are
+    skipped). Raises :class:`ParamFormatError` naming ``path:line`` for malformed text and
+    :class:`ResourceLimitError` for declarations over :func:`kuiper_xp.limits.get_limits`."""
     limits = get_limits()
+    if not isinstance(text, str):
+        raise ParamFormatError(f"expected the text of a .pnnx.param file, got {type(text).__name__}", path)
+    if text.startswith("\ufeff"):
+        text = text[1:]
     lines = text.split("\n")
 
     def err(msg: str, line: int) -> ParamFormatError:
@@ -135,26 +171,27 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
         raise err("empty file; expected the magic line 7767517", 1)
     lno, first = numbered[0]
     if first != MAGIC:
-        raise err(f"missing magic line: expected {MAGIC}, found {first[:40]!r}", lno)
+        raise err(f"missing magic line: expected {MAGIC}, found {_shorten(first, 40)}", lno)
     if len(numbered) < 2:
         raise err("missing the '<operator_count> <operand_count>' line", lno + 1)
     lno, counts = numbered[1]
     parts = counts.split()
     if len(parts) != 2 or not all(_INT_RE.match(p) for p in parts):
-        raise err(f"expected '<operator_count> <operand_count>', found {counts[:60]!r}", lno)
-    n_ops, n_operands = int(parts[0]), int(parts[1])
-    if n_ops < 0 or n_operands < 0:
-        raise err(f"negative counts {n_ops} {n_operands}", lno)
+        raise err(f"expected '<operator_count> <operand_count>', found {_shorten(counts)}", lno)
+    if any(p[0] == "-" for p in parts):
+        raise err(f"negative counts {_shorten(counts)}", lno)
+    n_ops, n_operands = _count(parts[0].lstrip("+")), _count(parts[1].lstrip("+"))
+    assert n_ops is not None and n_operands is not None
     if n_ops > limits.max_operators or n_operands > limits.max_operands:
-        raise ResourceLimitError(
-            f"{path}:{lno}: {n_ops} operators / {n_operands} operands exceed the limits "
-            f"({limits.max_operators} / {limits.max_operands}; raise with kuiper_xp.limits.set_limits)"
-        )
+        _raise_limit(ResourceLimitError(
+            f"the header declares {_shorten(parts[0], 30)} operators / {_shorten(parts[1], 30)} operands, "
+            f"over the limits max_operators={limits.max_operators} / max_operands={limits.max_operands}"),
+            f"{path}:{lno}")
     body = numbered[2:]
     if len(body) != n_ops:
         raise err(
             f"header declares {n_ops} operators but the file has {len(body)} operator lines",
-            body[-1][0] if len(body) > n_ops and n_ops < len(body) else lno,
+            body[n_ops][0] if len(body) > n_ops else lno,
         )
 
     operands: dict[str, Operand] = {}
@@ -162,20 +199,24 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
     op_names: set[str] = set()
     for lno, line in body:
         if len(line) > limits.max_line_chars:
-            raise ResourceLimitError(f"{path}:{lno}: line of {len(line)} characters (limit {limits.max_line_chars})")
+            _raise_limit(ResourceLimitError(
+                f"line of {len(line)} characters, over the limit max_line_chars={limits.max_line_chars}"),
+                f"{path}:{lno}")
         tok = line.split()
         if len(tok) < 4:
-            raise err(f"an operator line needs '<type> <name> <n_in> <n_out> ...', found {line[:80]!r}", lno)
+            raise err(f"an operator line needs '<type> <name> <n_in> <n_out> ...', found {_shorten(line, 80)}", lno)
         typ, name, s_in, s_out = tok[:4]
-        if not (_INT_RE.match(s_in) and _INT_RE.match(s_out)) or int(s_in) < 0 or int(s_out) < 0:
-            raise err(f"operator {name!r}: input/output counts must be non-negative integers, found {s_in!r} {s_out!r}", lno)
-        n_in, n_out = int(s_in), int(s_out)
+        n_in, n_out = _count(s_in), _count(s_out)
+        if n_in is None or n_out is None:
+            raise err(f"operator {_shorten(name)}: input/output counts must be non-negative integers, "
+                      f"found {_shorten(s_in, 30)} {_shorten(s_out, 30)}", lno)
         if len(tok) < 4 + n_in + n_out:
             raise err(
-                f"operator {typ} {name!r} declares {n_in} inputs and {n_out} outputs but the line has "
-                f"only {len(tok) - 4} names after the counts", lno)
+                f"operator {_shorten(typ)} {_shorten(name)} declares {_shorten(s_in, 30)} inputs and "
+                f"{_shorten(s_out, 30)} outputs "
+                f"but the line has only {len(tok) - 4} names after the counts", lno)
         if name in op_names:
-            raise err(f"duplicate operator name {name!r}", lno)
+            raise err(f"duplicate operator name {_shorten(name)}", lno)
         op_names.add(name)
         op = Operator(type=typ, name=name, line=lno, path=path)
         in_names = tok[4 : 4 + n_in]
@@ -183,58 +224,78 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
         for oname in in_names:
             operand = operands.get(oname)
             if operand is None:
-                raise err(f"operator {typ} {name!r} uses operand {oname!r} before any operator produces it", lno)
+                raise err(f"operator {typ} {_shorten(name)} uses operand {_shorten(oname)} before any "
+                          "operator produces it", lno)
             operand.consumers.append(op)
             op.inputs.append(operand)
         for oname in out_names:
             if oname in operands:
-                raise err(f"operand {oname!r} is produced twice (again by {typ} {name!r})", lno)
+                prev = operands[oname].producer
+                by = f" (first by {prev.type} {prev.name!r}, line {prev.line})" if prev is not None else ""
+                raise err(f"operand {_shorten(oname)} is produced twice: again by {typ} "
+                          f"{_shorten(name)}{by}", lno)
             if len(operands) >= n_operands:
                 raise err(f"more operands than the {n_operands} the header declares", lno)
             operand = Operand(oname, producer=op)
             operands[oname] = operand
             op.outputs.append(operand)
+        # '$key=operand' names the first not yet named input slot holding that operand
+        free_slots: dict[str, list[int]] = {}
+        for k in range(len(in_names) - 1, -1, -1):
+            free_slots.setdefault(in_names[k], []).append(k)
+        own = {id(o) for o in op.inputs} | {id(o) for o in op.outputs}
         op.input_names = [""] * n_in
         for kv in tok[4 + n_in + n_out :]:
             key, sep, value = kv.partition("=")
             if not sep or not key:
-                raise err(f"operator {name!r}: expected key=value, found {kv[:80]!r}", lno)
+                raise err(f"operator {_shorten(name)}: expected key=value, found {_shorten(kv, 80)}", lno)
             head = key[0]
             if head == "@":
                 wname = key[1:]
                 try:
                     shape, dtype = _parse_shape(value, limits)
+                except ResourceLimitError as exc:
+                    _raise_limit(ResourceLimitError(f"weight {name}.{wname}: {exc}"), f"{path}:{lno}")
                 except ValueError as exc:
-                    raise err(f"operator {name!r}: weight {wname!r}: {exc}", lno) from None
+                    raise err(f"operator {_shorten(name)}: weight {_shorten(wname)}: {exc}", lno) from None
                 if any(d is None for d in shape):
-                    raise err(f"operator {name!r}: weight {wname!r} has a dynamic shape {value!r}", lno)
-                n = math.prod(shape) * DTYPES[dtype][1]
-                if n > limits.max_weight_bytes:
-                    raise ResourceLimitError(
-                        f"{path}:{lno}: weight {name}.{wname} {value} would take {n} bytes "
-                        f"(limit {limits.max_weight_bytes}; raise with kuiper_xp.limits.set_limits)")
+                    raise err(f"operator {_shorten(name)}: weight {_shorten(wname)} has a dynamic shape "
+                              f"{_shorten(value)}", lno)
+                item = DTYPES[dtype][1]
+                n = math.prod(shape) * item
+                # also bound the non-zero dims, so '(huge,0)' cannot make an absurd empty array
+                n_nonzero = math.prod(d for d in shape if d) * item  # type: ignore[misc]
+                if max(n, n_nonzero) > limits.max_weight_bytes:
+                    _raise_limit(ResourceLimitError(
+                        f"weight {name}.{wname} {_shorten(value)} would take {max(n, n_nonzero)} bytes"
+                        f"{' (not counting its zero dimensions)' if n != n_nonzero else ''}, over the "
+                        f"limit max_weight_bytes={limits.max_weight_bytes}"), f"{path}:{lno}")
                 op.attrs[wname] = WeightRef(name, wname, shape, dtype)  # type: ignore[arg-type]
             elif head == "$":
-                if value not in in_names:
-                    raise err(f"operator {name!r}: input key {key!r} names operand {value!r}, "
-                              f"which is not among its inputs {in_names}", lno)
-                op.input_names[in_names.index(value)] = key[1:]
+                slots = free_slots.get(value)
+                if slots is None:
+                    raise err(f"operator {_shorten(name)}: input key {_shorten(key)} names operand "
+                              f"{_shorten(value)}, which is not among its inputs {in_names[:20]}", lno)
+                k = slots.pop() if len(slots) > 1 else slots[0]
+                op.input_names[k] = key[1:]
             elif head == "#":
                 oname = key[1:]
                 operand = operands.get(oname)
-                if operand is None or (operand not in op.inputs and operand not in op.outputs):
-                    raise err(f"operator {name!r}: shape annotation for operand {oname!r}, "
+                if operand is None or id(operand) not in own:
+                    raise err(f"operator {_shorten(name)}: shape annotation for operand {_shorten(oname)}, "
                               "which is not one of its inputs or outputs", lno)
                 try:
                     shape, dtype = _parse_shape(value, limits)
+                except ResourceLimitError as exc:
+                    _raise_limit(ResourceLimitError(f"operand {oname}: {exc}"), f"{path}:{lno}")
                 except ValueError as exc:
-                    raise err(f"operator {name!r}: operand {oname!r}: {exc}", lno) from None
+                    raise err(f"operator {_shorten(name)}: operand {_shorten(oname)}: {exc}", lno) from None
                 operand.shape, operand.dtype = shape, dtype
             else:
                 try:
                     op.params[key] = parse_value(value)
                 except ValueError as exc:
-                    raise err(f"operator {name!r}: parameter {key!r}: {exc}", lno) from None
+                    raise err(f"operator {_shorten(name)}: parameter {_shorten(key)}: {exc}", lno) from None
         operators.append(op)
     if len(operands) != n_operands:
         raise err(f"header declares {n_operands} operands but the operators produce {len(operands)}",

@@ -1,0 +1,258 @@
+"""One runner per engine: kuiper-xp (per backend), PyTorch eager, onnxruntime and ncnn.
+
+Every runner has the same life cycle, so that ``run.py`` can time them side by side:
+
+    r = make_runner("onnxruntime", threads=2)
+    r.load(files, spec)               # read the model file(s)            } timed together as
+    prepared = r.prepare(inputs)      # host numpy inputs -> engine inputs } "load": file to
+    raw = r.run(prepared)             # one inference (synchronised)      } first result
+    outs = r.outputs(raw)             # list of numpy arrays, torch's shapes, for the accuracy check
+    r.memory()                        # device-pool bytes (cupy) or {}
+    r.close()
+
+Only ``run`` is timed in the loop. Inputs are converted once, outside the timing, for every engine
+(numpy array for kuiper/onnxruntime, a torch tensor for torch, one ncnn.Mat per image for ncnn).
+The imports of each library happen inside its runner, so that a ``--memory`` child process of
+run.py only loads the library of the engine it measures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Runner", "make_runner", "engine_label", "PEERS"]
+
+PEERS = ("torch", "onnxruntime", "ncnn")
+
+
+def engine_label(engine: str, backend: str | None = None) -> str:
+    return f"kuiper[{backend}]" if engine == "kuiper" else engine
+
+
+class Runner:
+    engine = ""
+    #: a note for the table (e.g. how ncnn does batch 8)
+    note = ""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+
+    @property
+    def label(self) -> str:
+        return self.engine
+
+    def load(self, files, spec) -> None:
+        raise NotImplementedError
+
+    def prepare(self, inputs: tuple) -> Any:
+        return inputs
+
+    def run(self, prepared: Any) -> Any:
+        raise NotImplementedError
+
+    def outputs(self, raw: Any) -> list:
+        raise NotImplementedError
+
+    def memory(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+class KuiperRunner(Runner):
+    engine = "kuiper"
+
+    def __init__(self, threads: int, backend: str = "numpy"):
+        super().__init__(threads)
+        self.backend_name = backend
+        self.g = None
+        self.backend = None
+
+    @property
+    def label(self) -> str:
+        return engine_label("kuiper", self.backend_name)
+
+    def load(self, files, spec) -> None:
+        if files.pnnx_param is None:
+            raise RuntimeError(files.pnnx_error or "no pnnx export")
+        import kuiper_xp
+
+        self.g = kuiper_xp.load(files.pnnx_param, backend=self.backend_name)
+        self.backend = self.g.backend
+
+    def prepare(self, inputs: tuple) -> Any:
+        return tuple(self.backend.asarray(x) for x in inputs)
+
+    def run(self, prepared: Any) -> Any:
+        out = self.g(*prepared)
+        self.backend.synchronize()
+        return out
+
+    def outputs(self, raw: Any) -> list:
+        return [self.backend.to_numpy(a) for a in raw]
+
+    def memory(self) -> dict[str, int]:
+        return dict(self.backend.memory_stats()) if self.backend is not None else {}
+
+    def close(self) -> None:
+        self.g = None
+
+
+# ---------------------------------------------------------------------------------------------
+class TorchRunner(Runner):
+    """PyTorch eager under ``torch.no_grad()``; "load" is module construction (seeded random
+    weights: there is no file) + first forward."""
+
+    engine = "torch"
+
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        import torch
+
+        self.torch = torch
+        torch.set_num_threads(threads)
+        try:  # only possible before the first parallel region
+            torch.set_num_interop_threads(1)
+        except RuntimeError:
+            pass
+        self.model = None
+
+    def load(self, files, spec) -> None:
+        self.model = spec.build().eval()
+
+    def prepare(self, inputs: tuple) -> Any:
+        return tuple(self.torch.from_numpy(x) for x in inputs)
+
+    def run(self, prepared: Any) -> Any:
+        with self.torch.no_grad():
+            return self.model(*prepared)
+
+    def outputs(self, raw: Any) -> list:
+        from models import flatten
+
+        return [t.detach().contiguous().numpy() for t in flatten(raw)]
+
+    def close(self) -> None:
+        self.model = None
+
+
+# ---------------------------------------------------------------------------------------------
+class OrtRunner(Runner):
+    engine = "onnxruntime"
+
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        self.sess = None
+
+    def load(self, files, spec) -> None:
+        if files.onnx is None:
+            raise RuntimeError(files.onnx_error or "no onnx export")
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        so.log_severity_level = 3
+        self.sess = ort.InferenceSession(str(files.onnx), so, providers=["CPUExecutionProvider"])
+        self.in_names = [i.name for i in self.sess.get_inputs()]
+
+    def prepare(self, inputs: tuple) -> Any:
+        return dict(zip(self.in_names, inputs))
+
+    def run(self, prepared: Any) -> Any:
+        return self.sess.run(None, prepared)
+
+    def outputs(self, raw: Any) -> list:
+        return list(raw)
+
+    def close(self) -> None:
+        self.sess = None
+
+
+# ---------------------------------------------------------------------------------------------
+class NcnnRunner(Runner):
+    """ncnn has no batch dimension: a batch of N is run as N extractions of one image each
+    (``ncnn.Mat(x[i:i+1], batch_index=0)``, as the ``*_ncnn.py`` pnnx writes does for batch 1),
+    and the outputs are stacked back."""
+
+    engine = "ncnn"
+    note = "ncnn has no batch axis: batch N = N single-image extractions in a loop"
+
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        self.net = None
+
+    def load(self, files, spec) -> None:
+        if files.ncnn_param is None:
+            raise RuntimeError(files.ncnn_error or "no ncnn export")
+        import ncnn
+
+        self.ncnn = ncnn
+        net = ncnn.Net()
+        net.opt.use_fp16_packed = False
+        net.opt.use_fp16_storage = False
+        net.opt.use_fp16_arithmetic = False
+        net.opt.use_bf16_storage = False
+        net.opt.use_vulkan_compute = False
+        net.opt.num_threads = self.threads
+        net.opt.openmp_blocktime = 0  # no spinning (gomp follows OMP_WAIT_POLICY anyway)
+        if net.load_param(str(files.ncnn_param)) != 0:
+            raise RuntimeError(f"ncnn load_param failed: {files.ncnn_param}")
+        if net.load_model(str(files.ncnn_bin)) != 0:
+            raise RuntimeError(f"ncnn load_model failed: {files.ncnn_bin}")
+        self.net = net
+        self.in_names = files.ncnn_inputs
+        self.out_names = files.ncnn_outputs
+
+    def prepare(self, inputs: tuple) -> Any:
+        import numpy as np
+
+        batch = inputs[0].shape[0]
+        per_image = []
+        for i in range(batch):
+            per_image.append(tuple(
+                self.ncnn.Mat(np.ascontiguousarray(x[i:i + 1]), batch_index=0).clone() for x in inputs))
+        return per_image
+
+    def run(self, prepared: Any) -> Any:
+        results = []
+        for mats in prepared:
+            ex = self.net.create_extractor()
+            for name, m in zip(self.in_names, mats):
+                ex.input(name, m)
+            outs = []
+            for name in self.out_names:
+                ret, out = ex.extract(name)
+                if ret != 0:
+                    raise RuntimeError(f"ncnn extract({name!r}) returned {ret}")
+                outs.append(out)
+            results.append(outs)
+        return results
+
+    def outputs(self, raw: Any) -> list:
+        import numpy as np
+
+        n_out = len(self.out_names)
+        return [np.stack([np.array(img[k]) for img in raw]) for k in range(n_out)]
+
+    def close(self) -> None:
+        if self.net is not None:
+            self.net.clear()
+        self.net = None
+
+
+def make_runner(engine: str, threads: int, backend: str | None = None) -> Runner:
+    if engine == "kuiper":
+        return KuiperRunner(threads, backend or "numpy")
+    if engine == "torch":
+        return TorchRunner(threads)
+    if engine == "onnxruntime":
+        return OrtRunner(threads)
+    if engine == "ncnn":
+        return NcnnRunner(threads)
+    raise ValueError(f"unknown engine {engine!r}; known: kuiper, {', '.join(PEERS)}")
