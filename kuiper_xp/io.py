@@ -31,6 +31,7 @@ __all__ = [
     "concat_outputs",
     "expand_inputs",
     "fit_to_spec",
+    "load_array",
     "load_image",
     "load_samples",
     "make_batches",
@@ -280,6 +281,30 @@ def _pick_from_npz(arrays: dict[str, np.ndarray], spec: Spec, k: int, n_inputs: 
     names = [spec.name, *[a for a in aliases if a]]
     raise InputError(f"{where} has arrays {sorted(arrays)}; none is named "
                      f"{' or '.join(repr(n) for n in names)} or 'arr_{k}' (model input {k})")
+
+
+def load_array(path: str | os.PathLike, spec: Spec | None = None,
+               pre: Preprocess = Preprocess()) -> np.ndarray:
+    """One input file as one array, as stored: an ``.npy``; the only array of an ``.npz`` (or
+    its ``arr_0``, or ``spec.name``); an image as ``(C, H, W)`` float32 without a batch axis
+    (see :func:`load_image`; RGB at its own size when ``spec`` is None)."""
+    p = Path(path)
+    ext = p.suffix.lower()
+    if not p.is_file():
+        raise InputError(f"input file not found: {os.fspath(path)}")
+    if ext == ".npy":
+        return read_npy(p)
+    if ext == ".npz":
+        arrays = read_npz(p)
+        return _pick_from_npz(arrays, spec or _NoSpec(), 0, 1, (), str(p))
+    return load_image(p, spec, pre)[0]
+
+
+@dataclass(frozen=True)
+class _NoSpec:
+    name: str = ""
+    shape: tuple[int | None, ...] | None = None
+    dtype: str | None = None
 
 
 def _read_one(path: Path, spec: Spec, pre: Preprocess) -> np.ndarray:

@@ -8,9 +8,13 @@ domain): |error| < 1e-15 relative in float64, within a few float32 ulp in float3
 
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
-__all__ = ["erf", "erf_generic", "fmod", "CODY_A", "CODY_B", "CODY_C", "CODY_D", "CODY_P", "CODY_Q"]
+__all__ = [
+    "erf", "erf_generic", "fmod", "ArrayOps", "BINARY", "UNARY", "CASTS", "SIGNATURES", "OpError",
+]
 
 # W. J. Cody, "Rational Chebyshev approximations for the error function", Math. Comp. 23 (1969),
 # coefficients as in SPECFUN CALERF.
@@ -126,7 +130,544 @@ def erf(x: Any, xp: Any) -> Any:
 
 
 def fmod(x: Any, y: Any, xp: Any) -> Any:
-    """torch.fmod: remainder with the sign of the dividend (C's fmod), via ``xp.remainder``."""
-    r = xp.remainder(x, y)
-    fix = (r != 0) & ((r < 0) != (x < 0))
-    return xp.where(fix, r - y, r)
+    """torch.fmod for two arrays (or an array and a Python scalar) of one dtype: the remainder with
+    the sign of the dividend (C's fmod). Exact: |x| mod |y| is a fmod of non-negative numbers."""
+    r = xp.remainder(_abs(x, xp), _abs(y, xp))
+    if isinstance(r, (int, float)):  # pragma: no cover - both scalars are handled by the caller
+        return math.fmod(x, y)
+    if xp.isdtype(r.dtype, "real floating"):
+        return xp.copysign(r, x) if not _is_scalar(x) else (r if x >= 0 else -r)
+    return xp.where(x < 0, -r, r) if not _is_scalar(x) else (r if x >= 0 else -r)
+
+
+# -------------------------------------------------------------------------------------------------
+# The language: every function name, its arity, and its implementation on ArrayOps.
+
+#: Binary functions (``add``/``sub`` also take pnnx's old three-argument form ``add(a,b,alpha)``).
+BINARY = (
+    "add", "sub", "mul", "div", "floor_divide", "remainder", "pow", "atan2", "max", "maximum",
+    "min", "minimum", "fmod", "logaddexp", "and", "or", "xor", "lshift", "rshift",
+)
+#: Unary functions.
+UNARY = (
+    "abs", "acos", "acosh", "asin", "asinh", "atan", "atanh", "ceil", "cos", "cosh", "erf", "exp",
+    "expm1", "floor", "log", "log10", "log1p", "neg", "reciprocal", "round", "rsqrt", "sign", "sin",
+    "sinh", "sqrt", "square", "tan", "tanh", "trunc",
+)
+#: Casts: pnnx writes ``int(...)`` for aten::Int and ``torch.<dtype>(...)`` for a Tensor.to on a
+#: scalar. On a Python scalar they give a Python int/float/bool, on an array ``xp.astype``.
+CASTS = {
+    "int": "int64", "float": "float32", "bool": "bool",
+    "torch.float": "float32", "torch.float32": "float32", "torch.double": "float64",
+    "torch.float64": "float64", "torch.half": "float16", "torch.float16": "float16",
+    "torch.int": "int32", "torch.int32": "int32", "torch.long": "int64", "torch.int64": "int64",
+    "torch.short": "int16", "torch.int16": "int16", "torch.int8": "int8", "torch.uint8": "uint8",
+    "torch.bool": "bool",
+}
+#: name -> (min args, max args)
+SIGNATURES: dict[str, tuple[int, int]] = {
+    **{n: (2, 2) for n in BINARY}, "add": (2, 3), "sub": (2, 3),
+    **{n: (1, 1) for n in UNARY},
+    **{n: (1, 1) for n in CASTS},
+    "size": (2, 2),
+}
+
+# method names on ArrayOps for names that are Python keywords or builtins
+_METHOD = {"and": "and_", "or": "or_", "xor": "xor_", "max": "maximum", "min": "minimum",
+           "abs": "abs_", "round": "round_", "pow": "pow_"}
+
+_SCALARS = (int, float, bool)
+_BOOL, _INT, _FLOAT, _COMPLEX = 0, 1, 2, 3
+
+
+class OpError(Exception):
+    """Raised by an op on bad operands; the evaluator turns it into an ExpressionError with the
+    position of the call in the expression."""
+
+
+def _is_scalar(v: Any) -> bool:
+    return type(v) in _SCALARS
+
+
+def _abs(v: Any, xp: Any) -> Any:
+    return abs(v) if type(v) in _SCALARS else xp.abs(v)
+
+
+def _scalar_math(name: str, fn: Any, x: Any) -> Any:
+    """A float function of a Python scalar, with IEEE results where ``math`` raises."""
+    x = float(x)
+    try:
+        return fn(x)
+    except (ValueError, OverflowError, ZeroDivisionError):
+        if name in ("log", "log10", "log1p") and x == (-1.0 if name == "log1p" else 0.0):
+            return -math.inf
+        if name in ("exp", "expm1", "cosh", "sinh"):
+            return math.inf if (x > 0 or name == "cosh") else -math.inf
+        if name == "atanh" and abs(x) == 1.0:
+            return math.copysign(math.inf, x)
+        if name == "rsqrt" and x == 0.0:
+            return math.copysign(math.inf, x)
+        if name == "reciprocal" and x == 0.0:
+            return math.copysign(math.inf, x)
+        return math.nan
+
+
+def _int_fmod(a: int, b: int) -> int:
+    if b == 0:
+        raise OpError("fmod: integer division by zero")
+    r = abs(a) % abs(b)
+    return r if a >= 0 else -r
+
+
+def _scalar_logaddexp(a: float, b: float) -> float:
+    a, b = float(a), float(b)
+    if a == b == -math.inf:
+        return -math.inf
+    m = max(a, b)
+    return m + math.log1p(math.exp(-abs(a - b)))
+
+
+_SCALAR_FLOAT_FN = {
+    "acos": math.acos, "acosh": math.acosh, "asin": math.asin, "asinh": math.asinh,
+    "atan": math.atan, "atanh": math.atanh, "cos": math.cos, "cosh": math.cosh, "erf": math.erf,
+    "exp": math.exp, "expm1": math.expm1, "log": math.log, "log10": math.log10, "log1p": math.log1p,
+    "sin": math.sin, "sinh": math.sinh, "sqrt": math.sqrt, "tan": math.tan, "tanh": math.tanh,
+    "reciprocal": lambda x: 1.0 / x, "rsqrt": lambda x: 1.0 / math.sqrt(x),
+}
+# float functions on arrays: name -> xp attribute (None: written here)
+_ARRAY_FLOAT_FN = {
+    "acos": "acos", "acosh": "acosh", "asin": "asin", "asinh": "asinh", "atan": "atan",
+    "atanh": "atanh", "cos": "cos", "cosh": "cosh", "exp": "exp", "expm1": "expm1", "log": "log",
+    "log10": "log10", "log1p": "log1p", "sin": "sin", "sinh": "sinh", "sqrt": "sqrt", "tan": "tan",
+    "tanh": "tanh", "erf": None, "reciprocal": None, "rsqrt": None,
+}
+
+
+class ArrayOps:
+    """Every function of the language over one namespace ``xp`` and device, with torch's
+    semantics and result dtypes. Values are arrays of ``xp`` or Python scalars (int, float, bool);
+    an operation on Python scalars only stays a Python scalar (shape arithmetic).
+
+    Type promotion follows torch (c10 ``result_type``): operands are grouped into arrays with
+    dimensions, 0-d arrays and Python scalars ("wrapped numbers": bool, int64, float32); a group
+    only changes the result when its category (bool < integer < floating) is higher, so
+    ``mul(@0,3)`` on float32 stays float32, an int tensor times 2.5 gives float32, and int64 with a
+    float32 tensor gives float32. ``div``, ``atan2``, ``logaddexp`` and the float functions turn
+    integer results into float32 (torch's default dtype).
+    """
+
+    def __init__(self, xp: Any, device: Any = None, fast: Any = None):
+        self.xp = xp
+        self.device = device
+        self.fast = fast
+        self.float32 = xp.float32
+        self.float64 = xp.float64
+        self.int64 = xp.int64
+        self.bool_ = xp.bool
+        self._cats: dict[Any, int] = {}
+        self._pairs: dict[tuple[Any, Any], Any] = {}
+        for name, attr in _ARRAY_FLOAT_FN.items():
+            if attr is not None:
+                setattr(self, name, self._make_float_fn(name, getattr(xp, attr)))
+        self.sign_nan_fix = fast is None or not hasattr(fast, "expr_sign")
+
+    # -- lookup --------------------------------------------------------------------------------
+    def function(self, name: str) -> Any:
+        """The implementation of the language function ``name``: a callable on values."""
+        if name in CASTS:
+            return self._make_cast(name)
+        return getattr(self, _METHOD.get(name, name))
+
+    # -- dtype rules ---------------------------------------------------------------------------
+    def cat(self, dtype: Any) -> int:
+        c = self._cats.get(dtype)
+        if c is None:
+            xp = self.xp
+            if dtype == xp.bool:
+                c = _BOOL
+            elif xp.isdtype(dtype, "integral"):
+                c = _INT
+            elif xp.isdtype(dtype, "real floating"):
+                c = _FLOAT
+            else:
+                c = _COMPLEX
+            self._cats[dtype] = c
+        return c
+
+    def promote(self, a: Any, b: Any) -> Any:
+        """The dtype of two dtypes together (torch's promoteTypes)."""
+        if a == b:
+            return a
+        key = (a, b)
+        r = self._pairs.get(key)
+        if r is None:
+            ca, cb = self.cat(a), self.cat(b)
+            if ca == cb:
+                try:
+                    r = self.xp.result_type(a, b)
+                except (TypeError, ValueError) as exc:
+                    raise OpError(f"cannot combine dtypes {a} and {b}: {exc}") from None
+            else:
+                r = a if ca > cb else b
+            self._pairs[key] = r
+        return r
+
+    def _combine(self, higher: Any, lower: Any) -> Any:
+        if higher is None:
+            return lower
+        if lower is None:
+            return higher
+        ch = self.cat(higher)
+        if ch >= _FLOAT:
+            return higher
+        if ch == _BOOL or self.cat(lower) >= _FLOAT:
+            return self.promote(higher, lower)
+        return higher
+
+    def result_dtype(self, values: Any) -> Any:
+        """torch's result dtype of an elementwise op on ``values`` (arrays and Python scalars);
+        None when every value is a Python scalar."""
+        dim = zero = wrapped = None
+        for v in values:
+            t = type(v)
+            if t in _SCALARS:
+                d = self.bool_ if t is bool else self.int64 if t is int else self.float32
+                wrapped = d if wrapped is None else self.promote(wrapped, d)
+            elif not hasattr(v, "dtype"):
+                raise OpError(f"expected an array or a number, got {t.__name__}")
+            elif v.ndim == 0:
+                zero = v.dtype if zero is None else self.promote(zero, v.dtype)
+            else:
+                dim = v.dtype if dim is None else self.promote(dim, v.dtype)
+        return self._combine(dim, self._combine(zero, wrapped))
+
+    def _to(self, v: Any, dt: Any) -> Any:
+        t = type(v)
+        if t in _SCALARS:
+            c = self.cat(dt)
+            if c == _BOOL:
+                return v
+            if t is bool:
+                return int(v) if c == _INT else float(v)
+            return v
+        if v.dtype != dt:
+            return self.xp.astype(v, dt)
+        return v
+
+    def coerce(self, a: Any, b: Any, float_result: bool = False) -> tuple[Any, Any, Any]:
+        """``a`` and ``b`` converted so that the Array API operation on them gives torch's dtype."""
+        dt = self.result_dtype((a, b))
+        if float_result and self.cat(dt) < _FLOAT:
+            dt = self.float32
+        return self._to(a, dt), self._to(b, dt), dt
+
+    def _ready(self, a: Any, b: Any, float_result: bool = False) -> bool:
+        """Whether ``a`` and ``b`` can go to the Array API operation as they are (the fast path)."""
+        ta, tb = type(a), type(b)
+        if ta in _SCALARS:
+            return tb not in _SCALARS and ta is not bool and self.cat(b.dtype) >= _FLOAT
+        if tb in _SCALARS:
+            return tb is not bool and self.cat(a.dtype) >= _FLOAT
+        if a.dtype != b.dtype:
+            return False
+        c = self._cats.get(a.dtype)
+        if c is None:
+            c = self.cat(a.dtype)
+        return c >= _FLOAT if float_result else c >= _INT
+
+    def _binary(self, op: Any, a: Any, b: Any, float_result: bool = False, bool_op: Any = None,
+                name: str = "") -> Any:
+        if not self._ready(a, b, float_result):
+            a, b, dt = self.coerce(a, b, float_result)
+            if self.cat(dt) == _BOOL:
+                if bool_op is None:
+                    raise OpError(f"{name} is not defined for bool operands (torch raises too)")
+                return bool_op(a, b)
+        return op(a, b)
+
+    @staticmethod
+    def _both_scalars(a: Any, b: Any) -> bool:
+        return type(a) in _SCALARS and type(b) in _SCALARS
+
+    # -- binary --------------------------------------------------------------------------------
+    def add(self, a: Any, b: Any, alpha: Any = None) -> Any:
+        if alpha is not None:
+            b = self.mul(b, alpha)
+        if type(a) is not bool and type(b) is not bool and self._both_scalars(a, b):
+            return a + b
+        return self._binary(operator.add, a, b, False, self.xp.logical_or)
+
+    def sub(self, a: Any, b: Any, alpha: Any = None) -> Any:
+        if alpha is not None:
+            b = self.mul(b, alpha)
+        if self._both_scalars(a, b):
+            return a - b
+        return self._binary(operator.sub, a, b, name="sub")
+
+    def mul(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            return a * b
+        return self._binary(operator.mul, a, b, False, self.xp.logical_and)
+
+    def div(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            if b == 0:
+                return math.copysign(math.inf, a) if a != 0 else math.nan
+            return a / b
+        return self._binary(operator.truediv, a, b, True)
+
+    def floor_divide(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            if b == 0:
+                raise OpError("floor_divide: division by zero")
+            return a // b
+        return self._int_divmod(operator.floordiv, "floor_divide", a, b)
+
+    def remainder(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            if b == 0:
+                raise OpError("remainder: division by zero")
+            return a % b
+        return self._int_divmod(operator.mod, "remainder", a, b)
+
+    def _int_divmod(self, op: Any, name: str, a: Any, b: Any) -> Any:
+        if not self._ready(a, b):
+            a, b, dt = self.coerce(a, b)
+            if self.cat(dt) == _BOOL:
+                raise OpError(f"{name} is not defined for bool operands (torch raises too)")
+            if self.cat(dt) == _INT and type(b) is int and b == 0:
+                raise OpError(f"{name}: integer division by zero (torch raises ZeroDivisionError)")
+        return op(a, b)
+
+    def pow_(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            try:
+                return a ** b
+            except ZeroDivisionError:
+                return math.inf
+        if not self._ready(a, b):
+            a, b, dt = self.coerce(a, b)
+            c = self.cat(dt)
+            if c == _INT and type(b) is int and b < 0:
+                raise OpError("integers to negative integer powers are not allowed (as in torch.pow)")
+            if c == _BOOL and type(b) is not bool:
+                raise OpError("pow is not defined for bool operands (torch raises too)")
+        else:
+            c = self.cat(b.dtype if type(b) not in _SCALARS else a.dtype)
+        if c == _INT and type(b) not in _SCALARS:
+            return self._int_pow(a, b)
+        return a ** b
+
+    def _int_pow(self, a: Any, b: Any) -> Any:
+        """Integer power with an integer array exponent: torch gives 1 for base 1, +-1 for base
+        -1 and 0 otherwise where the exponent is negative (numpy raises instead)."""
+        xp = self.xp
+        neg = b < 0
+        r = a ** xp.where(neg, xp.zeros_like(b), b)
+        one = xp.ones_like(r)
+        zero = xp.zeros_like(r)
+        minus = xp.where(b % 2 == 0, one, -one)
+        if type(a) in _SCALARS:
+            special = one if a == 1 else minus if a == -1 else zero
+        else:
+            special = xp.where(a == 1, one, xp.where(a == -1, minus, zero))
+        return xp.where(neg, special, r)
+
+    def atan2(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            return math.atan2(a, b)
+        return self._binary(self.xp.atan2, a, b, True)
+
+    def maximum(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            return a if (a != a or a >= b) else b
+        return self._binary(self.xp.maximum, a, b, False, self.xp.logical_or)
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            return a if (a != a or a <= b) else b
+        return self._binary(self.xp.minimum, a, b, False, self.xp.logical_and)
+
+    def fmod(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            if type(a) is float or type(b) is float:
+                return math.fmod(a, b) if b != 0 else math.nan
+            return _int_fmod(int(a), int(b))
+        a, b, dt = self.coerce(a, b)
+        c = self.cat(dt)
+        if c == _BOOL:
+            raise OpError("fmod is not defined for bool operands (torch raises too)")
+        if c == _INT and type(b) is int and b == 0:
+            raise OpError("fmod: integer division by zero (torch raises ZeroDivisionError)")
+        if self.fast is not None and hasattr(self.fast, "expr_fmod"):
+            return self.fast.expr_fmod(a, b)
+        return fmod(a, b, self.xp)
+
+    def logaddexp(self, a: Any, b: Any) -> Any:
+        if self._both_scalars(a, b):
+            return _scalar_logaddexp(a, b)
+        return self._binary(self.xp.logaddexp, a, b, True)
+
+    def _bitwise(self, op: Any, name: str, a: Any, b: Any, allow_bool: bool = True) -> Any:
+        if self._both_scalars(a, b):
+            if type(a) is float or type(b) is float:
+                raise OpError(f"{name} needs integer or bool operands, got {a!r} and {b!r}")
+            return op(a, b)
+        a, b, dt = self.coerce(a, b)
+        c = self.cat(dt)
+        if c >= _FLOAT or (c == _BOOL and not allow_bool):
+            raise OpError(f"{name} is not defined for {dt} operands (torch raises too)")
+        return op(a, b)
+
+    def and_(self, a: Any, b: Any) -> Any:
+        return self._bitwise(operator.and_, "and", a, b)
+
+    def or_(self, a: Any, b: Any) -> Any:
+        return self._bitwise(operator.or_, "or", a, b)
+
+    def xor_(self, a: Any, b: Any) -> Any:
+        return self._bitwise(operator.xor, "xor", a, b)
+
+    def lshift(self, a: Any, b: Any) -> Any:
+        return self._bitwise(operator.lshift, "lshift", a, b, allow_bool=False)
+
+    def rshift(self, a: Any, b: Any) -> Any:
+        return self._bitwise(operator.rshift, "rshift", a, b, allow_bool=False)
+
+    # -- unary ---------------------------------------------------------------------------------
+    def _as_float(self, x: Any) -> Any:
+        if self.cat(x.dtype) < _FLOAT:
+            return self.xp.astype(x, self.float32)
+        return x
+
+    def _make_float_fn(self, name: str, fn: Any) -> Any:
+        sfn = _SCALAR_FLOAT_FN[name]
+        cat, cats, f32, astype = self.cat, self._cats, self.float32, self.xp.astype
+
+        def unary(x: Any) -> Any:
+            if type(x) in _SCALARS:
+                return _scalar_math(name, sfn, x)
+            c = cats.get(x.dtype)
+            if c is None:
+                c = cat(x.dtype)
+            if c < _FLOAT:
+                x = astype(x, f32)
+            return fn(x)
+
+        unary.__name__ = name
+        return unary
+
+    def erf(self, x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return math.erf(x)
+        x = self._as_float(x)
+        if self.fast is not None and hasattr(self.fast, "expr_erf"):
+            return self.fast.expr_erf(x)
+        return erf_generic(x, self.xp)
+
+    def reciprocal(self, x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return _scalar_math("reciprocal", _SCALAR_FLOAT_FN["reciprocal"], x)
+        return 1.0 / self._as_float(x)
+
+    def rsqrt(self, x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return _scalar_math("rsqrt", _SCALAR_FLOAT_FN["rsqrt"], x)
+        return 1.0 / self.xp.sqrt(self._as_float(x))
+
+    def _no_bool(self, name: str, x: Any) -> None:
+        if self.cat(x.dtype) == _BOOL:
+            raise OpError(f"{name} is not defined for bool arrays (torch raises too)")
+
+    def abs_(self, x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return abs(x) if type(x) is not bool else x
+        self._no_bool("abs", x)
+        return self.xp.abs(x)
+
+    def neg(self, x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return -x
+        self._no_bool("neg", x)
+        return -x
+
+    def sign(self, x: Any) -> Any:
+        if type(x) in _SCALARS:
+            if type(x) is float:
+                return 0.0 if (x == 0 or x != x) else math.copysign(1.0, x)
+            return (x > 0) - (x < 0) if type(x) is int else x
+        c = self.cat(x.dtype)
+        if c == _BOOL:
+            return x
+        if c == _FLOAT:
+            if self.fast is not None and hasattr(self.fast, "expr_sign"):
+                return self.fast.expr_sign(x)
+            xp = self.xp
+            s = xp.sign(x)
+            return xp.where(xp.isnan(x), xp.zeros_like(s), s)  # torch.sign(nan) == 0
+        return self.xp.sign(x)
+
+    def square(self, x: Any) -> Any:
+        if type(x) in _SCALARS:
+            return int(x) * int(x) if type(x) is bool else x * x
+        if self.cat(x.dtype) == _BOOL:
+            x = self.xp.astype(x, self.int64)
+        return x * x
+
+    def _rounding(self, name: str, x: Any, sfn: Any) -> Any:
+        if type(x) in _SCALARS:
+            return float(sfn(x)) if type(x) is float and math.isfinite(x) else x
+        c = self.cat(x.dtype)
+        if c == _BOOL:
+            raise OpError(f"{name} is not defined for bool arrays (torch raises too)")
+        if c == _INT:
+            return x  # torch keeps integers as they are
+        return getattr(self.xp, name)(x)
+
+    def ceil(self, x: Any) -> Any:
+        return self._rounding("ceil", x, math.ceil)
+
+    def floor(self, x: Any) -> Any:
+        return self._rounding("floor", x, math.floor)
+
+    def trunc(self, x: Any) -> Any:
+        return self._rounding("trunc", x, math.trunc)
+
+    def round_(self, x: Any) -> Any:
+        return self._rounding("round", x, round)  # round(): half to even, as torch.round
+
+    # -- shapes and casts ----------------------------------------------------------------------
+    def size(self, x: Any, dim: Any) -> int:
+        if type(x) in _SCALARS or not hasattr(x, "shape"):
+            raise OpError(f"size() needs an array as first argument, got {type(x).__name__}")
+        if type(dim) is not int:
+            raise OpError(f"size() needs an integer dimension, got {dim!r}")
+        shape = x.shape
+        if not -len(shape) <= dim < len(shape):
+            raise OpError(f"size(): dimension {dim} is out of range for an array of shape {tuple(shape)}")
+        n = shape[dim]
+        if n is None:
+            raise OpError(f"size(): dimension {dim} of the array is unknown (lazy array)")
+        return int(n)
+
+    def _make_cast(self, name: str) -> Any:
+        target = CASTS[name]
+        py = int if target.startswith(("int", "uint")) else bool if target == "bool" else float
+        xp = self.xp
+        dtype = getattr(xp, target, None)
+        to_scalar = name in ("int", "float", "bool")
+
+        def cast(x: Any) -> Any:
+            if type(x) in _SCALARS:
+                return py(x)
+            if to_scalar:
+                if getattr(x, "ndim", 1) != 0:
+                    raise OpError(f"{name}() needs a number or a 0-d array, got an array of shape "
+                                  f"{tuple(x.shape)}")
+                return py(x)
+            if dtype is None:
+                raise OpError(f"{name}: dtype {target} is not available in this array library")
+            return xp.astype(x, dtype) if x.dtype != dtype else x
+
+        cast.__name__ = name.replace(".", "_")
+        return cast

@@ -1,16 +1,73 @@
-"""Activation layers."""
+"""Activation layers: elementwise nonlinearities, clamps, softmax and friends.
+
+Every layer keeps the input's floating dtype (an integer input to a transcendental function
+becomes float32, as in torch), and never makes float64 intermediates: Python scalars mixed with
+an array take the array's dtype under the Array API's promotion rules, and the constants handed
+to ``xp.where`` are 0-d arrays of the input's dtype. NaN and +-Inf come out as torch's CPU
+kernels give them (``hardswish(-inf)`` is NaN, ``hardsigmoid(nan)`` is NaN, ``relu6(inf)`` is 6);
+the tests check each against torch.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .base import Layer
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from .base import BuildContext, Layer
 from .registry import register
 
+__all__ = [
+    "ReLU", "Sigmoid", "Clamp", "LeakyReLU", "PReLU", "ELU", "CELU", "SELU", "SiLU", "Hardswish",
+    "Hardsigmoid", "Tanh", "GELU", "Mish", "Softplus", "Softmax", "LogSoftmax", "Threshold",
+    "Hardshrink", "Softshrink", "Tanhshrink", "LogSigmoid", "Softsign", "GLU",
+]
 
-@register("nn.ReLU", "F.relu")
-class ReLU(Layer):
-    """y = max(x, 0) (seed 004)."""
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+_SQRT1_2 = 0.70710678118654752440
+_SQRT_2_PI = 0.79788456080286535588  # sqrt(2 / pi)
+
+
+class _Unary(Layer):
+    """Shared helpers: 0-d constants of the input's dtype, float promotion of integer input."""
+
+    def _const(self, value: Any, x: Any) -> Any:
+        return self.xp.asarray(value, dtype=x.dtype, device=self.device)
+
+    def _floating(self, x: Any) -> Any:
+        """torch's unary float functions turn integer/bool tensors into float32."""
+        xp = self.xp
+        if xp.isdtype(x.dtype, "real floating"):
+            return x
+        return xp.astype(x, xp.float32)
+
+    def _sigmoid(self, x: Any) -> Any:
+        """1 / (1 + exp(-x)) without overflow: exp only ever sees -|x|."""
+        xp = self.xp
+        e = xp.exp(-xp.abs(x))
+        r = 1.0 / (1.0 + e)
+        return xp.where(x >= 0, r, e * r)
+
+    def _softplus(self, x: Any) -> Any:
+        """log(1 + exp(x)) without overflow."""
+        xp = self.xp
+        return xp.log1p(xp.exp(-xp.abs(x))) + xp.where(x > 0, x, self._const(0, x))
+
+
+def _bound(op, key: str, default: Any) -> Any:
+    """A clamp bound: int, float or None (kept as given so an int tensor stays int)."""
+    v = op.param(key, None, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise LayerParameterError(f"{op.where}: parameter {key!r} should be a number or None, found {v!r}")
+    return v
+
+
+@register("nn.ReLU", "F.relu", "torch.relu")
+class ReLU(_Unary):
+    """y = max(x, 0) (seed 004); NaN stays NaN, as in torch."""
 
     def forward(self, x: Any) -> Any:
         # where(x < 0, 0, x) keeps NaN as NaN, as torch does
@@ -18,9 +75,415 @@ class ReLU(Layer):
 
 
 @register("nn.Sigmoid", "F.sigmoid", "torch.sigmoid")
-class Sigmoid(Layer):
-    """y = 1 / (1 + exp(-x)) (the seed course's homework)."""
+class Sigmoid(_Unary):
+    """y = 1 / (1 + exp(-x)) (the seed course's homework), evaluated without overflow."""
+
+    def forward(self, x: Any) -> Any:
+        return self._sigmoid(self._floating(x))
+
+
+@register("torch.clamp", "torch.clip", "F.hardtanh", "nn.Hardtanh", "nn.ReLU6", "F.relu6")
+class Clamp(_Unary):
+    """min(max(x, lo), hi); either bound may be None (torch.clamp), or come as an input tensor
+    (``$min`` / ``$max``). Hardtanh reads ``min_val``/``max_val``; ReLU6 is clamp(0, 6).
+    NaN stays NaN. An integer tensor clamped with a float bound becomes float (torch promotes)."""
+
+    def __init__(self, ctx: BuildContext, lo: Any, hi: Any, min_slot: int | None = None,
+                 max_slot: int | None = None, out_dtype: str | None = None):
+        super().__init__(ctx)
+        self.lo, self.hi = lo, hi
+        self.min_slot, self.max_slot = min_slot, max_slot
+        self.out_dtype = out_dtype
+        self.promote = isinstance(lo, float) or isinstance(hi, float)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if op.type in ("nn.ReLU6", "F.relu6"):
+            return cls(ctx, 0, 6)
+        if op.type in ("F.hardtanh", "nn.Hardtanh"):
+            return cls(ctx, _bound(op, "min_val", -1.0), _bound(op, "max_val", 1.0))
+        names = list(op.input_names)
+        min_slot = names.index("min") if "min" in names else None
+        max_slot = names.index("max") if "max" in names else None
+        lo = None if min_slot is not None else _bound(op, "min", None)
+        hi = None if max_slot is not None else _bound(op, "max", None)
+        out = op.outputs[0].array_dtype if op.outputs else None
+        return cls(ctx, lo, hi, min_slot, max_slot, out)
+
+    def forward(self, x: Any, *bounds: Any) -> Any:
+        xp = self.xp
+        if not xp.isdtype(x.dtype, "real floating") and (self.promote or (
+                self.out_dtype is not None and self.out_dtype.startswith("float"))):
+            x = xp.astype(x, getattr(xp, self.out_dtype or "float32"))
+        if self.lo is not None:
+            x = xp.where(x < self.lo, self._const(self.lo, x), x)
+        elif self.min_slot is not None:
+            x = xp.maximum(x, xp.astype(bounds[self.min_slot - 1], x.dtype))
+        if self.hi is not None:
+            x = xp.where(x > self.hi, self._const(self.hi, x), x)
+        elif self.max_slot is not None:
+            x = xp.minimum(x, xp.astype(bounds[self.max_slot - 1], x.dtype))
+        return x
+
+
+@register("nn.LeakyReLU", "F.leaky_relu", "nn.RReLU", "F.rrelu")
+class LeakyReLU(_Unary):
+    """x if x >= 0 else slope * x. RReLU in eval mode uses the fixed slope (lower + upper) / 2."""
+
+    def __init__(self, ctx: BuildContext, slope: float):
+        super().__init__(ctx)
+        self.slope = slope
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if op.type in ("nn.RReLU", "F.rrelu"):
+            lower = op.param("lower", float, 1.0 / 8.0)
+            upper = op.param("upper", float, 1.0 / 3.0)
+            return cls(ctx, (lower + upper) / 2.0)
+        return cls(ctx, op.param("negative_slope", float, 0.01))
+
+    def forward(self, x: Any) -> Any:
+        return self.xp.where(x < 0, x * self.slope, x)
+
+
+@register("nn.PReLU", "F.prelu")
+class PReLU(_Unary):
+    """x if x >= 0 else w[c] * x, with one slope per channel (dim 1) or a single slope.
+    The slopes are the ``@weight`` attribute or the op's second input."""
+
+    def __init__(self, ctx: BuildContext, weight: Any):
+        super().__init__(ctx)
+        self.weight = weight
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        w = op.weight("weight", ctx, optional=True)
+        if w is None and len(op.inputs) < 2:
+            raise LayerParameterError(f"{op.where}: PReLU needs a '@weight' attribute or a weight input")
+        return cls(ctx, w)
+
+    def forward(self, x: Any, w: Any = None) -> Any:
+        xp = self.xp
+        w = self.weight if w is None else w
+        n = w.shape[0] if w.ndim else 1
+        if n != 1:
+            if x.ndim < 2 or x.shape[1] != n:
+                raise ShapeError(f"{self.op_type} {self.op_name!r}: {n} slopes for an input of shape "
+                                 f"{tuple(x.shape)} (channels are dim 1)")
+            w = xp.reshape(w, (n,) + (1,) * (x.ndim - 2))
+        else:
+            w = xp.reshape(w, ())
+        return xp.where(x < 0, x * xp.astype(w, x.dtype), x)
+
+
+@register("nn.ELU", "F.elu")
+class ELU(_Unary):
+    """x if x > 0 else alpha * (exp(x) - 1)."""
+
+    def __init__(self, ctx: BuildContext, alpha: float):
+        super().__init__(ctx)
+        self.alpha = alpha
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("alpha", float, 1.0))
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
-        return 1.0 / (1.0 + xp.exp(-x))
+        x = self._floating(x)
+        neg = xp.expm1(xp.where(x > 0, self._const(0, x), x))
+        return xp.where(x > 0, x, neg * self.alpha)
+
+
+@register("nn.CELU", "F.celu")
+class CELU(_Unary):
+    """x if x > 0 else alpha * (exp(x / alpha) - 1)."""
+
+    def __init__(self, ctx: BuildContext, alpha: float):
+        super().__init__(ctx)
+        self.alpha = alpha
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        alpha = op.param("alpha", float, 1.0)
+        if alpha == 0:
+            raise LayerParameterError(f"{op.where}: parameter 'alpha' must not be 0, found {alpha!r}")
+        return cls(ctx, alpha)
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        x = self._floating(x)
+        neg = xp.expm1(xp.where(x > 0, self._const(0, x), x) / self.alpha) * self.alpha
+        return xp.where(x > 0, x, neg)
+
+
+@register("nn.SELU", "F.selu", "torch.selu")
+class SELU(_Unary):
+    """scale * (x if x > 0 else alpha * (exp(x) - 1)) with the fixed SELU constants."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        x = self._floating(x)
+        neg = xp.expm1(xp.where(x > 0, self._const(0, x), x)) * _SELU_ALPHA
+        return xp.where(x > 0, x, neg) * _SELU_SCALE
+
+
+@register("nn.SiLU", "F.silu")
+class SiLU(_Unary):
+    """x * sigmoid(x) (``x * torch.sigmoid(x)`` is fused into F.silu by pnnx)."""
+
+    def forward(self, x: Any) -> Any:
+        x = self._floating(x)
+        return x * self._sigmoid(x)
+
+
+@register("nn.Hardswish", "F.hardswish")
+class Hardswish(_Unary):
+    """x * clamp(x + 3, 0, 6) / 6 (so hardswish(-inf) is NaN, as in torch)."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        x = self._floating(x)
+        t = x + 3.0
+        t = xp.where(t < 0, self._const(0, x), xp.where(t > 6, self._const(6, x), t))
+        return x * t / 6.0
+
+
+@register("nn.Hardsigmoid", "F.hardsigmoid")
+class Hardsigmoid(_Unary):
+    """clamp(x + 3, 0, 6) / 6."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        x = self._floating(x)
+        t = x + 3.0
+        t = xp.where(t < 0, self._const(0, x), xp.where(t > 6, self._const(6, x), t))
+        return t / 6.0
+
+
+@register("nn.Tanh", "F.tanh", "torch.tanh")
+class Tanh(_Unary):
+    def forward(self, x: Any) -> Any:
+        return self.xp.tanh(self._floating(x))
+
+
+@register("nn.GELU", "F.gelu")
+class GELU(_Unary):
+    """Exact: x/2 * (1 + erf(x / sqrt 2)); ``approximate=tanh``:
+    x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
+
+    def __init__(self, ctx: BuildContext, approximate: str):
+        super().__init__(ctx)
+        self.tanh = approximate == "tanh"
+        if not self.tanh:
+            from kuiper_xp.expression.functions import erf
+
+            self.erf = erf
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        approx = op.param("approximate", str, "none")
+        if approx not in ("none", "tanh"):
+            raise LayerParameterError(
+                f"{op.where}: parameter 'approximate' should be 'none' or 'tanh', found {approx!r}")
+        return cls(ctx, approx)
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        x = self._floating(x)
+        if self.tanh:
+            inner = (x + x * x * x * 0.044715) * _SQRT_2_PI
+            return x * 0.5 * (1.0 + xp.tanh(inner))
+        return x * 0.5 * (1.0 + self.erf(x * _SQRT1_2, xp))
+
+
+@register("nn.Mish", "F.mish")
+class Mish(_Unary):
+    """x * tanh(softplus(x))."""
+
+    def forward(self, x: Any) -> Any:
+        x = self._floating(x)
+        return x * self.xp.tanh(self._softplus(x))
+
+
+@register("nn.Softplus", "F.softplus")
+class Softplus(_Unary):
+    """log(1 + exp(beta x)) / beta, or x where beta x > threshold (torch's rule)."""
+
+    def __init__(self, ctx: BuildContext, beta: float, threshold: float):
+        super().__init__(ctx)
+        self.beta, self.threshold = beta, threshold
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        beta = op.param("beta", float, 1.0)
+        if beta == 0:
+            raise LayerParameterError(f"{op.where}: parameter 'beta' must not be 0, found {beta!r}")
+        return cls(ctx, beta, op.param("threshold", float, 20.0))
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        x = self._floating(x)
+        bx = x * self.beta if self.beta != 1.0 else x
+        big = bx > self.threshold
+        # exp only sees values <= threshold, so nothing overflows where the result is kept
+        soft = xp.log1p(xp.exp(xp.where(big, self._const(0, x), bx)))
+        if self.beta != 1.0:
+            soft = soft / self.beta
+        return xp.where(big, x, soft)
+
+
+def _softmax_dim(op, ndim: int | None) -> int:
+    dim = op.param("dim", int, None)
+    if dim is None:
+        if op.type == "nn.Softmax2d":
+            return -3
+        if ndim is None:
+            raise LayerParameterError(f"{op.where}: 'dim' is None and the input rank is unknown")
+        return 0 if ndim in (0, 1, 3) else 1  # torch's legacy implicit dim
+    return dim
+
+
+@register("nn.Softmax", "F.softmax", "torch.softmax", "nn.Softmin", "F.softmin", "nn.Softmax2d")
+class Softmax(_Unary):
+    """exp(x - max) / sum(exp(x - max)) along ``dim`` (Softmin: of -x). A ``dtype=`` pnnx
+    dropped shows in the output annotation; the input is cast to it first, as torch does."""
+
+    log = False
+
+    def __init__(self, ctx: BuildContext, dim: int, negate: bool = False, dtype: str | None = None):
+        super().__init__(ctx)
+        self.dim, self.negate, self.dtype = dim, negate, dtype
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        shape = op.inputs[0].shape if op.inputs else None
+        dim = _softmax_dim(op, None if shape is None else len(shape))
+        dt = op.outputs[0].array_dtype if op.outputs else None
+        if dt is not None and not dt.startswith("float"):
+            dt = None
+        return cls(ctx, dim, op.type in ("nn.Softmin", "F.softmin"), dt)
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        if self.dtype is not None and str(x.dtype).rsplit(".", 1)[-1] != self.dtype:
+            x = xp.astype(x, getattr(xp, self.dtype))
+        x = self._floating(x)
+        if self.negate:
+            x = -x
+        d = self.dim
+        if not -x.ndim <= d < max(x.ndim, 1):
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: dim {d} is out of range for an input "
+                             f"of shape {tuple(x.shape)}")
+        if x.ndim == 0:
+            return xp.zeros_like(x) if self.log else xp.ones_like(x)
+        z = x - xp.max(x, axis=d, keepdims=True)
+        e = xp.exp(z)
+        s = xp.sum(e, axis=d, keepdims=True)
+        if self.log:
+            return z - xp.log(s)
+        return e / s
+
+
+@register("nn.LogSoftmax", "F.log_softmax", "torch.log_softmax")
+class LogSoftmax(Softmax):
+    """(x - max) - log(sum(exp(x - max))) along ``dim``."""
+
+    log = True
+
+
+@register("nn.Threshold", "F.threshold")
+class Threshold(_Unary):
+    """value where x <= threshold, else x (NaN stays NaN)."""
+
+    def __init__(self, ctx: BuildContext, threshold: float, value: float):
+        super().__init__(ctx)
+        self.threshold, self.value = threshold, value
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("threshold", float), op.param("value", float))
+
+    def forward(self, x: Any) -> Any:
+        return self.xp.where(x <= self.threshold, self._const(self.value, x), x)
+
+
+@register("nn.Hardshrink", "F.hardshrink")
+class Hardshrink(_Unary):
+    """0 where -lambd <= x <= lambd, else x."""
+
+    def __init__(self, ctx: BuildContext, lambd: float):
+        super().__init__(ctx)
+        self.lambd = lambd
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("lambd", float, 0.5))
+
+    def forward(self, x: Any) -> Any:
+        inside = (x >= -self.lambd) & (x <= self.lambd)
+        return self.xp.where(inside, self._const(0, x), x)
+
+
+@register("nn.Softshrink", "F.softshrink")
+class Softshrink(Hardshrink):
+    """x - lambd where x > lambd, x + lambd where x < -lambd, else 0 (NaN stays NaN)."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        lam = self.lambd
+        return xp.where(x > lam, x - lam, xp.where(x < -lam, x + lam, x * 0.0))
+
+
+@register("nn.Tanhshrink", "F.tanhshrink")
+class Tanhshrink(_Unary):
+    """x - tanh(x)."""
+
+    def forward(self, x: Any) -> Any:
+        x = self._floating(x)
+        return x - self.xp.tanh(x)
+
+
+@register("nn.LogSigmoid", "F.logsigmoid")
+class LogSigmoid(_Unary):
+    """log(sigmoid(x)) = min(x, 0) - log(1 + exp(-|x|))."""
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        x = self._floating(x)
+        return xp.where(x > 0, self._const(0, x), x) - xp.log1p(xp.exp(-xp.abs(x)))
+
+
+@register("nn.Softsign", "F.softsign")
+class Softsign(_Unary):
+    """x / (1 + |x|)."""
+
+    def forward(self, x: Any) -> Any:
+        x = self._floating(x)
+        return x / (1.0 + self.xp.abs(x))
+
+
+@register("nn.GLU", "F.glu")
+class GLU(_Unary):
+    """a * sigmoid(b), where a, b are the two halves of x along ``dim``."""
+
+    def __init__(self, ctx: BuildContext, dim: int):
+        super().__init__(ctx)
+        self.dim = dim
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("dim", int, -1))
+
+    def forward(self, x: Any) -> Any:
+        nd = x.ndim
+        d = self.dim + nd if self.dim < 0 else self.dim
+        if not 0 <= d < nd or x.shape[d] % 2:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: cannot halve dim {self.dim} of an input "
+                             f"of shape {tuple(x.shape)} (it must exist and have an even size)")
+        h = x.shape[d] // 2
+        head = (slice(None),) * d
+        a = x[head + (slice(0, h), ...)]
+        b = x[head + (slice(h, 2 * h), ...)]
+        return a * self._sigmoid(self._floating(b))
+

@@ -1,1 +1,354 @@
-"""conv layers."""
+"""Convolution layers: ``nn.Conv1d/2d``, ``F.conv1d/2d``, ``nn.ConvTranspose1d/2d``,
+``F.conv_transpose1d/2d``.
+
+1-D layers run as 2-D ones over an ``(N, C, 1, L)`` view. Weights given as ``@weight``/``@bias``
+attributes are checked and packed once at build; the ``F.*`` forms may instead take them as
+input operands (``$weight``, ``$bias``), which are then used as they arrive. On NumPy the layer
+builds a plan from ``backends/numpy_fast`` (GEMM with pre-packed weights, 1x1 and depthwise
+special cases, Winograd where it wins); the generic Array-API path in :mod:`.functional` is the
+reference.
+
+``fused_activation`` (None by default) is the hook for the runtime to fold a following
+activation into the convolution: ``"relu"``, ``("clamp", min, max)`` or any callable taking and
+returning an array. The fast path applies ``relu``/``clamp`` in place on the fresh output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from . import functional as fn
+from .base import BuildContext, Layer
+from .registry import register
+
+
+def _dims(op) -> int:
+    return 1 if op.type.endswith("1d") else 2
+
+
+def _to2(v: tuple[int, ...], nd: int, fill: int) -> tuple[int, int]:
+    return (fill, v[0]) if nd == 1 else (v[0], v[1])
+
+
+def _operand_slots(op, names: tuple[str, ...]) -> dict[str, int]:
+    """Which input position carries ``$input``, ``$weight``, ``$bias`` (unnamed inputs follow
+    torch's positional order)."""
+    slots: dict[str, int] = {}
+    for i, key in enumerate(op.input_names or [""] * len(op.inputs)):
+        if key in names and key not in slots:
+            slots[key] = i
+    free = [n for n in names if n not in slots]
+    for i in range(len(op.inputs)):
+        if i not in slots.values() and free:
+            slots[free.pop(0)] = i
+    if "input" not in slots:
+        raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
+    return slots
+
+
+def _weight_and_bias(op, ctx: BuildContext, slots: dict[str, int]):
+    """(weight array or None if a runtime input, bias array or None, whether bias is a runtime
+    input)."""
+    weight = None
+    if "weight" not in slots:
+        weight = op.weight("weight", ctx)
+    bias_flag = op.param("bias", None, default=None)
+    bias = None
+    bias_runtime = "bias" in slots
+    if not bias_runtime:
+        bias = op.weight("bias", ctx, optional=True)
+        if bias_flag is True and bias is None:
+            raise LayerParameterError(f"{op.where}: parameter bias=True but weight 'bias' is missing")
+    return weight, bias, bias_runtime
+
+
+def _parse_activation(spec: Any) -> Any:
+    if spec is None or callable(spec) or spec == "relu":
+        return spec
+    if isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "clamp":
+        return spec
+    raise ValueError(f"fused_activation must be None, 'relu', ('clamp', min, max) or a callable; got {spec!r}")
+
+
+class _ConvBase(Layer):
+    nd = 2
+    fused_activation: Any = None
+
+    def set_fused_activation(self, spec: Any) -> None:
+        """Fold an activation into this layer's output (see the module docstring)."""
+        self.fused_activation = _parse_activation(spec)
+
+    def _activate(self, y: Any) -> Any:
+        act = self.fused_activation
+        if act is None:
+            return y
+        fast_act = getattr(self.backend.fast, "activation_inplace", None) if self._fast_ok else None
+        if fast_act is not None and not callable(act):
+            return fast_act(y, act)
+        if act == "relu":
+            return self.xp.clip(y, min=0.0)
+        if isinstance(act, tuple):
+            return self.xp.clip(y, min=act[1], max=act[2])
+        return act(y)
+
+    def _as4d(self, x: Any) -> tuple[Any, bool]:
+        xp = self.xp
+        unbatched = x.ndim == self.nd + 1
+        if x.ndim not in (self.nd + 1, self.nd + 2):
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: expects a {self.nd + 2}-D input "
+                             f"(N, C, {'L' if self.nd == 1 else 'H, W'}), got shape {tuple(x.shape)}")
+        if unbatched:
+            x = xp.expand_dims(x, axis=0)
+        if self.nd == 1:
+            x = xp.expand_dims(x, axis=2)
+        return x, unbatched
+
+    def _from4d(self, y: Any, unbatched: bool) -> Any:
+        xp = self.xp
+        if self.nd == 1:
+            y = xp.squeeze(y, axis=2)
+        if unbatched:
+            y = xp.squeeze(y, axis=0)
+        return y
+
+    def _check_channels(self, x: Any, weight_shape: tuple[int, ...], expected: int) -> None:
+        if x.shape[1] != expected:
+            raise ShapeError(
+                f"{self.op_type} {self.op_name!r}: input has {x.shape[1]} channels (shape "
+                f"{tuple(x.shape)}) but the weight {tuple(weight_shape)} with groups={self.groups} "
+                f"expects {expected}")
+
+
+@register("nn.Conv1d", "nn.Conv2d", "F.conv1d", "F.conv2d")
+class Convolution(_ConvBase):
+    """torch ``conv1d``/``conv2d``: stride, dilation, groups, padding as ints, pairs, ``same``,
+    ``valid``; ``padding_mode`` zeros / reflect / replicate / circular; bias optional."""
+
+    def __init__(self, ctx: BuildContext, *, nd: int, weight: Any, bias: Any, stride, dilation,
+                 groups: int, pads: fn.Pads, padding_mode: str, slots: dict[str, int],
+                 in_channels: int | None):
+        super().__init__(ctx)
+        self.nd = nd
+        self.stride, self.dilation, self.groups = stride, dilation, groups
+        self.pads, self.padding_mode = pads, padding_mode
+        self.slots = slots
+        self.in_channels = in_channels
+        self.weight = weight  # 4-D (O, C/G, kh, kw), None when it is a runtime input
+        self.bias = bias
+        self._fast_ok = ctx.fast is not None
+        self._plan = None
+        if weight is not None and ctx.fast is not None and hasattr(ctx.fast, "conv2d_plan"):
+            self._plan = ctx.fast.conv2d_plan(
+                weight, bias, stride=stride, dilation=dilation, groups=groups,
+                pads=pads if padding_mode == "zeros" else ((0, 0), (0, 0)))
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        slots = _operand_slots(op, ("input", "weight", "bias"))
+        weight, bias, _ = _weight_and_bias(op, ctx, slots)
+        stride = _to2(op.ints("stride", nd, default=(1,) * nd), nd, 1)
+        dilation = _to2(op.ints("dilation", nd, default=(1,) * nd), nd, 1)
+        groups = op.param("groups", int, default=1)
+        mode = op.param("padding_mode", str, default="zeros")
+        if mode not in fn.PAD_MODES:
+            raise LayerParameterError(f"{op.where}: padding_mode={mode!r} is not supported; "
+                                      f"supported: {', '.join(fn.PAD_MODES)}")
+        if groups < 1 or any(s < 1 for s in stride) or any(d < 1 for d in dilation):
+            raise LayerParameterError(f"{op.where}: groups={groups}, stride={stride}, dilation={dilation} "
+                                      "must be positive")
+        if weight is not None:
+            if weight.ndim != nd + 2:
+                raise LayerParameterError(f"{op.where}: weight has shape {tuple(weight.shape)}, expected "
+                                          f"{nd + 2} dimensions")
+            if nd == 1:
+                weight = ctx.xp.expand_dims(weight, axis=2)
+            o, cg, kh, kw = weight.shape
+            if o % groups:
+                raise LayerParameterError(f"{op.where}: out_channels {o} is not divisible by groups={groups}")
+            ks = op.ints("kernel_size", nd, default=None)
+            if ks is not None and _to2(ks, nd, 1) != (kh, kw):
+                raise LayerParameterError(f"{op.where}: kernel_size={ks} does not match weight shape "
+                                          f"{tuple(op.attrs['weight'].shape)}")
+            cin = op.param("in_channels", int, default=None)
+            if cin is not None and cin != cg * groups:
+                raise LayerParameterError(f"{op.where}: in_channels={cin} does not match weight shape "
+                                          f"{tuple(op.attrs['weight'].shape)} with groups={groups}")
+            cout = op.param("out_channels", int, default=None)
+            if cout is not None and cout != o:
+                raise LayerParameterError(f"{op.where}: out_channels={cout} does not match weight shape "
+                                          f"{tuple(op.attrs['weight'].shape)}")
+            if bias is not None and tuple(bias.shape) != (o,):
+                raise LayerParameterError(f"{op.where}: bias has shape {tuple(bias.shape)}, expected ({o},)")
+            kernel = (kh, kw)
+        else:
+            ks = op.ints("kernel_size", nd, default=None)
+            kernel = None if ks is None else _to2(ks, nd, 1)
+        pads = cls._pads(op, nd, kernel, stride, dilation, weight_known=weight is not None)
+        in_channels = None if weight is None else weight.shape[1] * groups
+        return cls(ctx, nd=nd, weight=weight, bias=bias, stride=stride, dilation=dilation, groups=groups,
+                   pads=pads, padding_mode=mode, slots=slots, in_channels=in_channels)
+
+    @staticmethod
+    def _pads(op, nd, kernel, stride, dilation, weight_known):
+        raw = op.params.get("padding", 0)
+        if isinstance(raw, str):
+            if raw == "valid":
+                return ((0, 0), (0, 0))
+            if raw != "same":
+                raise LayerParameterError(f"{op.where}: padding={raw!r} is not supported; expected "
+                                          "'same', 'valid', an int or a tuple")
+            same = True
+        elif raw is None:
+            # pnnx writes padding=() for padding='same' with a non-zero padding_mode and an even
+            # kernel (torch keeps the asymmetric pads in a private field); read it as 'same'
+            same = True
+        else:
+            same = False
+        if same:
+            if stride != (1, 1):
+                raise LayerParameterError(f"{op.where}: padding='same' needs stride 1, found stride={stride}")
+            if kernel is None:
+                return "same"
+            return fn.same_pads(kernel, dilation)
+        p = op.ints("padding", nd, default=(0,) * nd)
+        if any(v < 0 for v in p):
+            raise LayerParameterError(f"{op.where}: negative padding {p} is not supported")
+        p2 = _to2(p, nd, 0)
+        return ((p2[0], p2[0]), (p2[1], p2[1]))
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        x, unbatched = self._as4d(inputs[self.slots["input"]])
+        weight, bias, plan = self.weight, self.bias, self._plan
+        if weight is None:
+            weight = inputs[self.slots["weight"]]
+            if weight.ndim != self.nd + 2:
+                raise ShapeError(f"{self.op_type} {self.op_name!r}: weight has shape {tuple(weight.shape)}, "
+                                 f"expected {self.nd + 2} dimensions")
+            if self.nd == 1:
+                weight = xp.expand_dims(weight, axis=2)
+        if "bias" in self.slots:
+            bias = inputs[self.slots["bias"]]
+        self._check_channels(x, tuple(weight.shape), weight.shape[1] * self.groups)
+        pads = self.pads
+        if pads == "same":
+            pads = fn.same_pads(tuple(weight.shape[2:]), self.dilation)
+        if self.padding_mode != "zeros":
+            x = self._pad_mode(x, pads)
+            pads = ((0, 0), (0, 0))
+        fast = self.backend.fast
+        if plan is None and fast is not None and hasattr(fast, "conv2d_plan"):
+            plan = fast.conv2d_plan(weight, bias, stride=self.stride, dilation=self.dilation,
+                                    groups=self.groups, pads=pads)
+        if plan is not None:
+            y = plan(x)
+        else:
+            y = fn.conv2d(x, weight, bias, self.stride, pads, self.dilation, self.groups, xp=xp)
+        return self._from4d(self._activate(y), unbatched)
+
+    def _pad_mode(self, x: Any, pads: fn.Pads) -> Any:
+        fast_pad = getattr(self.backend.fast, "pad", None)
+        fn.check_pad(tuple(x.shape), pads, self.padding_mode)
+        if fast_pad is not None:
+            return fast_pad(x, pads, self.padding_mode)
+        return fn.pad(x, pads, self.padding_mode, xp=self.xp)
+
+
+@register("nn.ConvTranspose1d", "nn.ConvTranspose2d", "F.conv_transpose1d", "F.conv_transpose2d")
+class ConvTranspose(_ConvBase):
+    """torch ``conv_transpose1d``/``2d``: stride, padding, output_padding, dilation, groups;
+    weight ``(C_in, C_out/groups, kh, kw)``."""
+
+    def __init__(self, ctx: BuildContext, *, nd: int, weight: Any, bias: Any, stride, padding,
+                 output_padding, dilation, groups: int, slots: dict[str, int]):
+        super().__init__(ctx)
+        self.nd = nd
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.dilation, self.groups = dilation, groups
+        self.weight, self.bias, self.slots = weight, bias, slots
+        self._fast_ok = ctx.fast is not None
+        self._plan = None
+        if weight is not None and ctx.fast is not None and hasattr(ctx.fast, "conv_transpose2d_plan"):
+            self._plan = ctx.fast.conv_transpose2d_plan(
+                weight, bias, stride=stride, padding=padding, output_padding=output_padding,
+                dilation=dilation, groups=groups)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        slots = _operand_slots(op, ("input", "weight", "bias"))
+        weight, bias, _ = _weight_and_bias(op, ctx, slots)
+        stride = _to2(op.ints("stride", nd, default=(1,) * nd), nd, 1)
+        dilation = _to2(op.ints("dilation", nd, default=(1,) * nd), nd, 1)
+        out_pad = _to2(op.ints("output_padding", nd, default=(0,) * nd), nd, 0)
+        groups = op.param("groups", int, default=1)
+        if isinstance(op.params.get("padding"), str):
+            raise LayerParameterError(f"{op.where}: padding={op.params['padding']!r} is not supported "
+                                      "by transposed convolutions; expected an int or a tuple")
+        padding = _to2(op.ints("padding", nd, default=(0,) * nd), nd, 0)
+        mode = op.param("padding_mode", str, default="zeros")
+        if mode != "zeros":
+            raise LayerParameterError(f"{op.where}: padding_mode={mode!r} is not supported for transposed "
+                                      "convolutions (torch allows only 'zeros')")
+        if groups < 1 or any(s < 1 for s in stride) or any(d < 1 for d in dilation) or min(padding) < 0:
+            raise LayerParameterError(f"{op.where}: groups={groups}, stride={stride}, dilation={dilation}, "
+                                      f"padding={padding} out of range")
+        for op_, s, d in zip(out_pad, stride, dilation):
+            if op_ < 0 or (op_ >= s and op_ >= d):
+                raise LayerParameterError(f"{op.where}: output_padding={out_pad} must be smaller than "
+                                          f"stride {stride} or dilation {dilation}")
+        if weight is not None:
+            if weight.ndim != nd + 2:
+                raise LayerParameterError(f"{op.where}: weight has shape {tuple(weight.shape)}, expected "
+                                          f"{nd + 2} dimensions")
+            if nd == 1:
+                weight = ctx.xp.expand_dims(weight, axis=2)
+            c, og, kh, kw = weight.shape
+            if c % groups:
+                raise LayerParameterError(f"{op.where}: in_channels {c} is not divisible by groups={groups}")
+            ks = op.ints("kernel_size", nd, default=None)
+            if ks is not None and _to2(ks, nd, 1) != (kh, kw):
+                raise LayerParameterError(f"{op.where}: kernel_size={ks} does not match weight shape "
+                                          f"{tuple(op.attrs['weight'].shape)}")
+            cout = op.param("out_channels", int, default=None)
+            if cout is not None and cout != og * groups:
+                raise LayerParameterError(f"{op.where}: out_channels={cout} does not match weight shape "
+                                          f"{tuple(op.attrs['weight'].shape)} with groups={groups}")
+            cin = op.param("in_channels", int, default=None)
+            if cin is not None and cin != c:
+                raise LayerParameterError(f"{op.where}: in_channels={cin} does not match weight shape "
+                                          f"{tuple(op.attrs['weight'].shape)}")
+            if bias is not None and tuple(bias.shape) != (og * groups,):
+                raise LayerParameterError(f"{op.where}: bias has shape {tuple(bias.shape)}, expected "
+                                          f"({og * groups},)")
+        return cls(ctx, nd=nd, weight=weight, bias=bias, stride=stride, padding=padding,
+                   output_padding=out_pad, dilation=dilation, groups=groups, slots=slots)
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        x, unbatched = self._as4d(inputs[self.slots["input"]])
+        weight, bias, plan = self.weight, self.bias, self._plan
+        if weight is None:
+            weight = inputs[self.slots["weight"]]
+            if weight.ndim != self.nd + 2:
+                raise ShapeError(f"{self.op_type} {self.op_name!r}: weight has shape {tuple(weight.shape)}, "
+                                 f"expected {self.nd + 2} dimensions")
+            if self.nd == 1:
+                weight = xp.expand_dims(weight, axis=2)
+        if "bias" in self.slots:
+            bias = inputs[self.slots["bias"]]
+        self._check_channels(x, tuple(weight.shape), weight.shape[0])
+        fast = self.backend.fast
+        if plan is None and fast is not None and hasattr(fast, "conv_transpose2d_plan"):
+            plan = fast.conv_transpose2d_plan(
+                weight, bias, stride=self.stride, padding=self.padding,
+                output_padding=self.output_padding, dilation=self.dilation, groups=self.groups)
+        if plan is not None:
+            y = plan(x)
+        else:
+            y = fn.conv_transpose2d(x, weight, bias, self.stride, self.padding, self.output_padding,
+                                    self.dilation, self.groups, xp=xp)
+        return self._from4d(self._activate(y), unbatched)

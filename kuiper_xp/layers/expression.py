@@ -1,1 +1,91 @@
-"""expression layers."""
+"""pnnx.Expression: elementwise arithmetic, shape arithmetic and shape lists fused by pnnx
+(seed 000 section 4: ExpressionLayer). The expression is parsed and compiled once at build;
+``forward`` only runs the compiled program."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuiper_xp.errors import ExpressionError, LayerParameterError
+from kuiper_xp.expression import Program
+
+from .base import BuildContext, Layer
+from .registry import register
+
+
+def expression_text(value: Any) -> str:
+    """The ``expr`` parameter as written in the file.
+
+    The .param value parser reads a value starting with ``[`` as a list split at every comma, so
+    ``[size(@0,0),15,size(@0,2)]`` arrives as ``['size(@0', '0)', 15, 'size(@0', '2)']``; joining
+    the items with commas gives the text back (numbers may be respelled: ``5.000000e+00`` becomes
+    ``5.0``, same value). An expression that is a bare literal (``expr=3``) arrives as a number."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_item(v) for v in value) + "]"
+    if value is None or isinstance(value, (bool, int, float)):
+        return _item(value)
+    raise TypeError(f"expected a string, found {type(value).__name__} {value!r}")
+
+
+def _item(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if v is None or isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    raise TypeError(f"unexpected item {v!r} in a list expression")
+
+
+@register("pnnx.Expression")
+class Expression(Layer):
+    """Evaluates ``expr`` (e.g. ``add(@0,mul(@1,2))``) on the op's inputs with torch's semantics.
+
+    The result is an array, a Python number (pure shape arithmetic such as ``mul(size(@0,0),3)``)
+    or a Python list (``[size(@0,0),-1,size(@0,2)]``, the ``shape`` input of a Tensor.reshape).
+    A Python number whose output operand carries a ``#`` shape annotation is returned as a 0-d
+    array of the annotated dtype, so that the runtime's shape check holds.
+    """
+
+    def __init__(self, ctx: BuildContext, program: Program, scalar_dtype: Any = None):
+        super().__init__(ctx)
+        self.program = program
+        self.expr = program.text
+        self._fn = program._fn
+        self._scalar_dtype = scalar_dtype
+        if scalar_dtype is not None:
+            self.forward = self._forward_array  # type: ignore[method-assign]
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if "expr" not in op.params:
+            raise LayerParameterError(f"{op.where}: parameter 'expr' is missing; it has "
+                                      f"{sorted(op.params) or 'no parameters'}")
+        try:
+            text = expression_text(op.params["expr"])
+        except TypeError as exc:
+            raise LayerParameterError(f"{op.where}: parameter 'expr': {exc}") from None
+        try:
+            program = Program(text, ctx.xp, ctx.device, ctx.fast, n_inputs=len(op.inputs))
+        except ExpressionError as exc:
+            err = ExpressionError(f"{op.where}: {exc}")
+            err.expr, err.pos = exc.expr, exc.pos
+            raise err from None
+        scalar_dtype = None
+        if op.outputs and op.outputs[0].shape is not None and op.outputs[0].dtype is not None:
+            name = op.outputs[0].array_dtype
+            scalar_dtype = getattr(ctx.xp, name, None) if name else None
+        return cls(ctx, program, scalar_dtype)
+
+    def forward(self, *inputs: Any) -> Any:
+        return self._fn(inputs)
+
+    def _forward_array(self, *inputs: Any) -> Any:
+        out = self._fn(inputs)
+        if isinstance(out, (int, float, bool)):
+            return self.xp.asarray(out, dtype=self._scalar_dtype, device=self.device)
+        return out

@@ -1,1 +1,151 @@
-"""linear layers."""
+"""Affine layers: ``nn.Linear`` / ``F.linear``, inference batch norm (``nn.BatchNorm1d/2d/3d``,
+``F.batch_norm``), and the no-ops ``nn.Dropout*`` / ``F.dropout*`` / ``nn.Identity`` (pnnx
+usually removes those; they are registered for files that keep them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from . import functional as fn
+from .base import BuildContext, Layer
+from .registry import register
+
+
+def _slots(op, names: tuple[str, ...]) -> dict[str, int]:
+    slots: dict[str, int] = {}
+    for i, key in enumerate(op.input_names or [""] * len(op.inputs)):
+        if key in names and key not in slots:
+            slots[key] = i
+    free = [n for n in names if n not in slots]
+    for i in range(len(op.inputs)):
+        if i not in slots.values() and free:
+            slots[free.pop(0)] = i
+    if "input" not in slots:
+        raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
+    return slots
+
+
+@register("nn.Linear", "F.linear")
+class Linear(Layer):
+    """y = x @ W^T + b over the last axis of an input of any rank ``(..., in) -> (..., out)``.
+    ``W^T`` is formed once at build; ``F.linear`` may take weight and bias as inputs."""
+
+    def __init__(self, ctx: BuildContext, weight_t: Any, bias: Any, slots: dict[str, int]):
+        super().__init__(ctx)
+        self.weight_t, self.bias, self.slots = weight_t, bias, slots
+        self._fast = getattr(ctx.fast, "linear", None)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        slots = _slots(op, ("input", "weight", "bias"))
+        weight_t = bias = None
+        if "weight" not in slots:
+            w = op.weight("weight", ctx)
+            if w.ndim != 2:
+                raise LayerParameterError(f"{op.where}: weight has shape {tuple(w.shape)}, expected (out, in)")
+            out_f, in_f = w.shape
+            if op.param("in_features", int, default=in_f) != in_f or \
+                    op.param("out_features", int, default=out_f) != out_f:
+                raise LayerParameterError(
+                    f"{op.where}: in_features={op.params.get('in_features')}, out_features="
+                    f"{op.params.get('out_features')} do not match weight shape {tuple(w.shape)}")
+            fast_pack = getattr(ctx.fast, "pack_linear", None)
+            weight_t = fast_pack(w) if fast_pack is not None else ctx.xp.permute_dims(w, (1, 0))
+        if "bias" not in slots:
+            bias = op.weight("bias", ctx, optional=True)
+            if op.param("bias", None, default=None) is True and bias is None:
+                raise LayerParameterError(f"{op.where}: parameter bias=True but weight 'bias' is missing")
+            if bias is not None and weight_t is not None and tuple(bias.shape) != (weight_t.shape[1],):
+                raise LayerParameterError(f"{op.where}: bias has shape {tuple(bias.shape)}, expected "
+                                          f"({weight_t.shape[1]},)")
+        return cls(ctx, weight_t, bias, slots)
+
+    def forward(self, *inputs: Any) -> Any:
+        x = inputs[self.slots["input"]]
+        wt, bias = self.weight_t, self.bias
+        if wt is None:
+            w = inputs[self.slots["weight"]]
+            if w.ndim != 2:
+                raise ShapeError(f"{self.op_type} {self.op_name!r}: weight has shape {tuple(w.shape)}, "
+                                 "expected (out, in)")
+            wt = self.xp.permute_dims(w, (1, 0))
+        if "bias" in self.slots:
+            bias = inputs[self.slots["bias"]]
+        if x.ndim == 0 or x.shape[-1] != wt.shape[0]:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} does not fit "
+                             f"the weight ({wt.shape[1]}, {wt.shape[0]}): expected last dimension {wt.shape[0]}")
+        if self._fast is not None:
+            return self._fast(x, wt, bias)
+        return fn.linear(x, wt, bias, xp=self.xp)
+
+
+@register("nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d", "F.batch_norm")
+class BatchNorm(Layer):
+    """Inference batch norm, y = x * scale + shift with ``scale = weight / sqrt(var + eps)`` and
+    ``shift = bias - mean * scale`` folded once at build (per call for ``F.batch_norm`` whose
+    statistics arrive as inputs). The channel axis is 1."""
+
+    def __init__(self, ctx: BuildContext, scale: Any, shift: Any, eps: float, slots: dict[str, int]):
+        super().__init__(ctx)
+        self.scale, self.shift, self.eps, self.slots = scale, shift, eps, slots
+
+    @staticmethod
+    def fold(mean, var, weight, bias, eps, *, xp):
+        scale = 1.0 / xp.sqrt(var + eps)
+        if weight is not None:
+            scale = scale * weight
+        shift = -mean * scale
+        if bias is not None:
+            shift = shift + bias
+        return scale, shift
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        eps = op.param("eps", float, default=1e-5)
+        slots = _slots(op, ("input", "running_mean", "running_var", "weight", "bias"))
+        if op.param("training", bool, default=False):
+            raise LayerParameterError(f"{op.where}: training=True batch norm is not supported (inference only)")
+        names = ("running_mean", "running_var", "weight", "bias")
+        if any(n in slots for n in names):
+            return cls(ctx, None, None, eps, slots)
+        mean, var = op.weight("running_mean", ctx), op.weight("running_var", ctx)
+        weight = op.weight("weight", ctx, optional=True)
+        bias = op.weight("bias", ctx, optional=True)
+        if op.param("affine", bool, default=True) and op.type.startswith("nn.") and (weight is None or bias is None):
+            raise LayerParameterError(f"{op.where}: affine=True but weight/bias are missing")
+        c = mean.shape[0] if mean.ndim == 1 else -1
+        for name, a in (("running_var", var), ("weight", weight), ("bias", bias)):
+            if a is not None and tuple(a.shape) != (c,):
+                raise LayerParameterError(f"{op.where}: {name} has shape {tuple(a.shape)}, expected ({c},)")
+        nf = op.param("num_features", int, default=c)
+        if nf != c:
+            raise LayerParameterError(f"{op.where}: num_features={nf} does not match running_mean shape ({c},)")
+        scale, shift = cls.fold(mean, var, weight, bias, eps, xp=ctx.xp)
+        return cls(ctx, scale, shift, eps, slots)
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        x = inputs[self.slots["input"]]
+        scale, shift = self.scale, self.shift
+        if scale is None:
+            get = {k: inputs[i] for k, i in self.slots.items()}
+            scale, shift = self.fold(get["running_mean"], get["running_var"], get.get("weight"),
+                                     get.get("bias"), self.eps, xp=xp)
+        c = scale.shape[0]
+        if x.ndim < 2 or x.shape[1] != c:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} has "
+                             f"{x.shape[1] if x.ndim > 1 else '?'} channels, the statistics have {c}")
+        b = (1, c) + (1,) * (x.ndim - 2)
+        return x * xp.reshape(scale, b) + xp.reshape(shift, b)
+
+
+@register("nn.Dropout", "nn.Dropout1d", "nn.Dropout2d", "nn.Dropout3d", "nn.AlphaDropout",
+          "nn.FeatureAlphaDropout", "F.dropout", "F.dropout1d", "F.dropout2d", "F.dropout3d",
+          "F.alpha_dropout", "F.feature_alpha_dropout", "nn.Identity")
+class Identity(Layer):
+    """Inference no-op: returns its (first) input unchanged."""
+
+    def forward(self, *inputs: Any) -> Any:
+        return inputs[0]

@@ -1,1 +1,262 @@
-"""norm layers."""
+"""Normalisation layers: LayerNorm, GroupNorm, InstanceNorm, RMSNorm, F.normalize.
+
+pnnx spellings (torch 2.13 exports):
+
+* ``nn.LayerNorm ln 1 1 0 21 elementwise_affine=True eps=1.000000e-5 normalized_shape=(16)
+  @bias=(16)f32 @weight=(16)f32``; ``F.layer_norm ... bias=None eps=1.000000e-5
+  normalized_shape=(16) weight=None $input=1`` (an ``F.layer_norm`` whose weight and bias are
+  module parameters is folded back into ``nn.LayerNorm``).
+* ``nn.GroupNorm gn ... affine=True eps=1.000000e-5 num_channels=4 num_groups=2 @bias @weight``;
+  ``F.group_norm ... bias=None eps=1.000000e-5 num_groups=2 $input=0 $weight=5`` (weight and bias
+  may be inputs fed by ``pnnx.Attribute``).
+* ``nn.InstanceNorm2d inn ... affine=True eps=1.000000e-5 num_features=4
+  track_running_stats=False @bias @weight`` (with ``track_running_stats=True``:
+  ``@running_mean @running_var``, which eval mode uses instead of the input statistics).
+* ``nn.RMSNorm rms ... elementwise_affine=True eps=None normalized_shape=(16) @weight``;
+  ``F.rms_norm ... eps=None normalized_shape=(16) weight=None $input=0``. ``eps=None`` means
+  ``torch.finfo(dtype).eps``.
+
+Statistics are computed in float32 for float16/bfloat16 inputs (as torch does) and the result
+is cast back to the input dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from .base import BuildContext, Layer
+from .misc import input_slots, is_float
+from .registry import register
+
+
+def _weight_or_input(op: Any, ctx: BuildContext, key: str, slots: dict[str, int]) -> tuple[Any, int | None]:
+    """A weight from ``@key`` (returned as an array) or from the input ``$key`` (its position)."""
+    if key in slots:
+        return None, slots[key]
+    return op.weight(key, ctx, optional=True), None
+
+
+class _NormBase(Layer):
+    """Shared plumbing: optional affine weight/bias, each a stored array or an input position."""
+
+    def __init__(self, ctx: BuildContext, weight: Any, weight_pos: int | None, bias: Any, bias_pos: int | None,
+                 where: str):
+        super().__init__(ctx)
+        self.weight, self.weight_pos, self.bias, self.bias_pos = weight, weight_pos, bias, bias_pos
+        self.where = where
+
+    def _affine(self, inputs: tuple) -> tuple[Any, Any]:
+        w = inputs[self.weight_pos] if self.weight_pos is not None else self.weight
+        b = inputs[self.bias_pos] if self.bias_pos is not None else self.bias
+        return w, b
+
+    def _compute_dtype(self, x: Any) -> Any:
+        xp = self.xp
+        if not is_float(xp, x.dtype):
+            raise ShapeError(f"{self.where}: normalisation needs a floating-point input, found {x.dtype}")
+        if x.dtype in (xp.float16, getattr(xp, "bfloat16", xp.float16)):
+            return xp.astype(x, xp.float32)
+        return x
+
+
+@register("nn.LayerNorm", "F.layer_norm")
+class LayerNorm(_NormBase):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) axes."""
+
+    def __init__(self, ctx, weight, weight_pos, bias, bias_pos, where, shape: tuple[int, ...], eps: float):
+        super().__init__(ctx, weight, weight_pos, bias, bias_pos, where)
+        self.shape, self.eps = shape, eps
+        self.axes = tuple(range(-len(shape), 0))
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        shape = op.param("normalized_shape", (int,))
+        eps = op.param("eps", float, default=1e-5)
+        slots = input_slots(op, ("input", "weight", "bias"))
+        w, wp = _weight_or_input(op, ctx, "weight", slots)
+        b, bp = _weight_or_input(op, ctx, "bias", slots)
+        for name, arr in (("weight", w), ("bias", b)):
+            if arr is not None and tuple(arr.shape) != tuple(shape):
+                raise LayerParameterError(f"{op.where}: {name} has shape {tuple(arr.shape)}, "
+                                          f"normalized_shape is {tuple(shape)}")
+        return cls(ctx, w, wp, b, bp, op.where, tuple(shape), eps)
+
+    def forward(self, x: Any, *rest: Any) -> Any:
+        xp = self.xp
+        k = len(self.shape)
+        if tuple(x.shape[x.ndim - k:]) != self.shape:
+            raise ShapeError(f"{self.where}: input shape {tuple(x.shape)} does not end with normalized_shape {self.shape}")
+        inputs = (x,) + rest
+        xc = self._compute_dtype(x)
+        mean = xp.mean(xc, axis=self.axes, keepdims=True)
+        d = xc - mean
+        var = xp.mean(d * d, axis=self.axes, keepdims=True)
+        y = d / xp.sqrt(var + self.eps)
+        w, b = self._affine(inputs)
+        if w is not None:
+            y = y * w
+        if b is not None:
+            y = y + b
+        return y if y.dtype == x.dtype else xp.astype(y, x.dtype)
+
+
+@register("nn.RMSNorm", "F.rms_norm")
+class RMSNorm(_NormBase):
+    """y = x / sqrt(mean(x^2) + eps) * weight over the last len(normalized_shape) axes; eps None
+    is the machine epsilon of the input dtype."""
+
+    def __init__(self, ctx, weight, weight_pos, where, shape: tuple[int, ...], eps: float | None):
+        super().__init__(ctx, weight, weight_pos, None, None, where)
+        self.shape, self.eps = shape, eps
+        self.axes = tuple(range(-len(shape), 0))
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        shape = op.param("normalized_shape", (int,))
+        eps = op.param("eps", float, default=None)
+        slots = input_slots(op, ("input", "weight"))
+        w, wp = _weight_or_input(op, ctx, "weight", slots)
+        if w is not None and tuple(w.shape) != tuple(shape):
+            raise LayerParameterError(f"{op.where}: weight has shape {tuple(w.shape)}, normalized_shape is {tuple(shape)}")
+        return cls(ctx, w, wp, op.where, tuple(shape), eps)
+
+    def forward(self, x: Any, *rest: Any) -> Any:
+        xp = self.xp
+        k = len(self.shape)
+        if tuple(x.shape[x.ndim - k:]) != self.shape:
+            raise ShapeError(f"{self.where}: input shape {tuple(x.shape)} does not end with normalized_shape {self.shape}")
+        eps = self.eps if self.eps is not None else float(xp.finfo(x.dtype).eps)
+        xc = self._compute_dtype(x)
+        y = xc / xp.sqrt(xp.mean(xc * xc, axis=self.axes, keepdims=True) + eps)
+        w, _ = self._affine((x,) + rest)
+        if y.dtype != x.dtype:
+            y = xp.astype(y, x.dtype)
+        if w is not None:
+            y = y * w
+        return y
+
+
+@register("nn.GroupNorm", "F.group_norm")
+class GroupNorm(_NormBase):
+    """Normalise (N, C, *) over groups of C/G channels and all spatial positions, then a
+    per-channel affine."""
+
+    def __init__(self, ctx, weight, weight_pos, bias, bias_pos, where, groups: int, eps: float):
+        super().__init__(ctx, weight, weight_pos, bias, bias_pos, where)
+        self.groups, self.eps = groups, eps
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        groups = op.param("num_groups", int)
+        if groups <= 0:
+            raise LayerParameterError(f"{op.where}: num_groups must be positive, found {groups}")
+        channels = op.param("num_channels", int, default=None)
+        if channels is not None and channels % groups:
+            raise LayerParameterError(f"{op.where}: num_channels={channels} is not divisible by num_groups={groups}")
+        slots = input_slots(op, ("input", "weight", "bias"))
+        w, wp = _weight_or_input(op, ctx, "weight", slots)
+        b, bp = _weight_or_input(op, ctx, "bias", slots)
+        return cls(ctx, w, wp, b, bp, op.where, groups, op.param("eps", float, default=1e-5))
+
+    def forward(self, x: Any, *rest: Any) -> Any:
+        xp = self.xp
+        if x.ndim < 2 or x.shape[1] % self.groups:
+            raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: channels not divisible by {self.groups} groups")
+        n, c = x.shape[0], x.shape[1]
+        xc = self._compute_dtype(x)
+        g = xp.reshape(xc, (n, self.groups, -1))
+        mean = xp.mean(g, axis=2, keepdims=True)
+        d = g - mean
+        var = xp.mean(d * d, axis=2, keepdims=True)
+        y = xp.reshape(d / xp.sqrt(var + self.eps), tuple(x.shape))
+        w, b = self._affine((x,) + rest)
+        cshape = (1, c) + (1,) * (x.ndim - 2)
+        if w is not None:
+            y = y * xp.reshape(w, cshape)
+        if b is not None:
+            y = y + xp.reshape(b, cshape)
+        return y if y.dtype == x.dtype else xp.astype(y, x.dtype)
+
+
+@register("nn.InstanceNorm1d", "nn.InstanceNorm2d", "nn.InstanceNorm3d", "F.instance_norm")
+class InstanceNorm(_NormBase):
+    """Normalise each (sample, channel) over its spatial positions, or with the running
+    statistics when the module tracks them (eval mode), then an optional per-channel affine."""
+
+    def __init__(self, ctx, weight, weight_pos, bias, bias_pos, where, eps: float,
+                 mean: Any, var: Any, stat_pos: tuple[int | None, int | None]):
+        super().__init__(ctx, weight, weight_pos, bias, bias_pos, where)
+        self.eps, self.mean, self.var, self.stat_pos = eps, mean, var, stat_pos
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        slots = input_slots(op, ("input", "running_mean", "running_var", "weight", "bias"))
+        w, wp = _weight_or_input(op, ctx, "weight", slots)
+        b, bp = _weight_or_input(op, ctx, "bias", slots)
+        mean = var = None
+        stat_pos: tuple[int | None, int | None] = (None, None)
+        if op.type == "F.instance_norm":
+            if not op.param("use_input_stats", bool, default=True):
+                stat_pos = (slots.get("running_mean"), slots.get("running_var"))
+                if None in stat_pos:
+                    raise LayerParameterError(f"{op.where}: use_input_stats=False needs running_mean and running_var inputs")
+        elif op.param("track_running_stats", bool, default=False):
+            mean, var = op.weight("running_mean", ctx), op.weight("running_var", ctx)
+        return cls(ctx, w, wp, b, bp, op.where, op.param("eps", float, default=1e-5), mean, var, stat_pos)
+
+    def forward(self, x: Any, *rest: Any) -> Any:
+        xp = self.xp
+        inputs = (x,) + rest
+        if x.ndim < 2:
+            raise ShapeError(f"{self.where}: instance norm needs an (N, C, ...) input, found {tuple(x.shape)}")
+        c = x.shape[1]
+        cshape = (1, c) + (1,) * (x.ndim - 2)
+        xc = self._compute_dtype(x)
+        if self.mean is not None or self.stat_pos[0] is not None:
+            mean = self.mean if self.mean is not None else inputs[self.stat_pos[0]]
+            var = self.var if self.var is not None else inputs[self.stat_pos[1]]
+            y = (xc - xp.reshape(mean, cshape)) / xp.sqrt(xp.reshape(var, cshape) + self.eps)
+        else:
+            axes = tuple(range(2, x.ndim))
+            mean = xp.mean(xc, axis=axes, keepdims=True)
+            d = xc - mean
+            var = xp.mean(d * d, axis=axes, keepdims=True)
+            y = d / xp.sqrt(var + self.eps)
+        w, b = self._affine(inputs)
+        if w is not None:
+            y = y * xp.reshape(w, cshape)
+        if b is not None:
+            y = y + xp.reshape(b, cshape)
+        return y if y.dtype == x.dtype else xp.astype(y, x.dtype)
+
+
+@register("F.normalize")
+class Normalize(Layer):
+    """y = x / max(||x||_p, eps) along ``dim``."""
+
+    def __init__(self, ctx: BuildContext, p: float, dim: int, eps: float):
+        super().__init__(ctx)
+        self.p, self.dim, self.eps = p, dim, eps
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("p", float, default=2.0), op.param("dim", int, default=1),
+                   op.param("eps", float, default=1e-12))
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        axis = self.dim % max(x.ndim, 1)
+        a = xp.abs(x)
+        if self.p == 2.0:
+            norm = xp.sqrt(xp.sum(a * a, axis=axis, keepdims=True))
+        elif self.p == 1.0:
+            norm = xp.sum(a, axis=axis, keepdims=True)
+        elif self.p == float("inf"):
+            norm = xp.max(a, axis=axis, keepdims=True)
+        elif self.p == float("-inf"):
+            norm = xp.min(a, axis=axis, keepdims=True)
+        else:
+            norm = xp.sum(a ** self.p, axis=axis, keepdims=True) ** (1.0 / self.p)
+        return x / xp.maximum(norm, xp.asarray(self.eps, dtype=x.dtype, device=self.device))

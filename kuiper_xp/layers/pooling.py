@@ -1,1 +1,210 @@
-"""pooling layers."""
+"""Pooling layers: max, average, adaptive average and adaptive max, 1-D and 2-D.
+
+pnnx writes ``stride=None`` for the functional forms (meaning stride = kernel), ``output_size``
+entries of 0 for torch's ``None`` (keep that input size), and ``return_indices=True`` for
+``F.adaptive_max_pool*`` even when the indices are unused; the layers then return
+``(values, int64 indices)`` as torch does. 1-D layers run as 2-D over an ``(N, C, 1, L)`` view;
+unbatched inputs (no ``N``) are accepted as torch accepts them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from . import functional as fn
+from .base import BuildContext, Layer
+from .registry import register
+
+
+def _dims(op) -> int:
+    return 1 if op.type.endswith("1d") else 2
+
+
+def _to2(v: tuple[int, ...], nd: int, fill: int) -> tuple[int, int]:
+    return (fill, v[0]) if nd == 1 else (v[0], v[1])
+
+
+def _n_outputs(op, return_indices: bool) -> None:
+    want = 2 if return_indices else 1
+    if op.outputs and len(op.outputs) != want:
+        raise LayerParameterError(f"{op.where}: return_indices={return_indices} needs {want} output(s), "
+                                  f"the operator has {len(op.outputs)}")
+
+
+class _PoolBase(Layer):
+    nd = 2
+
+    def _as4d(self, x: Any) -> tuple[Any, bool]:
+        xp = self.xp
+        if x.ndim not in (self.nd + 1, self.nd + 2):
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: expects a {self.nd + 1}-D or {self.nd + 2}-D "
+                             f"input, got shape {tuple(x.shape)}")
+        unbatched = x.ndim == self.nd + 1
+        if unbatched:
+            x = xp.expand_dims(x, axis=0)
+        if self.nd == 1:
+            x = xp.expand_dims(x, axis=2)
+        return x, unbatched
+
+    def _from4d(self, y: Any, unbatched: bool) -> Any:
+        xp = self.xp
+        if self.nd == 1:
+            y = xp.squeeze(y, axis=2)
+        if unbatched:
+            y = xp.squeeze(y, axis=0)
+        return y
+
+
+def _window(op, nd, has_dilation: bool):
+    kernel = _to2(op.ints("kernel_size", nd), nd, 1)
+    stride_raw = op.params.get("stride")
+    stride = kernel if stride_raw is None or stride_raw == [] else _to2(op.ints("stride", nd), nd, 1)
+    padding = _to2(op.ints("padding", nd, default=(0,) * nd), nd, 0)
+    dilation = _to2(op.ints("dilation", nd, default=(1,) * nd), nd, 1) if has_dilation else (1, 1)
+    if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        raise LayerParameterError(f"{op.where}: kernel_size={kernel}, stride={stride}, padding={padding}, "
+                                  f"dilation={dilation} out of range")
+    for k, p, d in zip(kernel, padding, dilation):
+        if p > (d * (k - 1) + 1) // 2:
+            raise LayerParameterError(f"{op.where}: padding={padding} must be at most half of the "
+                                      f"(dilated) kernel_size={kernel}")
+    return kernel, stride, padding, dilation
+
+
+@register("nn.MaxPool1d", "nn.MaxPool2d", "F.max_pool1d", "F.max_pool2d")
+class MaxPool(_PoolBase):
+    """torch ``max_pool1d/2d``: kernel, stride (None = kernel), padding (with -inf), dilation,
+    ceil_mode; ``return_indices`` gives a second int64 output of flat ``h*W + w`` indices."""
+
+    def __init__(self, ctx: BuildContext, nd, kernel, stride, padding, dilation, ceil_mode, return_indices):
+        super().__init__(ctx)
+        self.nd = nd
+        self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
+        self.ceil_mode, self.return_indices = ceil_mode, return_indices
+        self._fast = None if return_indices else getattr(ctx.fast, "max_pool2d", None)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        kernel, stride, padding, dilation = _window(op, nd, True)
+        ceil_mode = op.param("ceil_mode", bool, default=False)
+        ri = op.param("return_indices", bool, default=False)
+        _n_outputs(op, ri)
+        return cls(ctx, nd, kernel, stride, padding, dilation, ceil_mode, ri)
+
+    def forward(self, x: Any) -> Any:
+        x4, unbatched = self._as4d(x)
+        if self._fast is not None:
+            y = self._fast(x4, self.kernel, self.stride, self.padding, self.dilation, self.ceil_mode)
+            return self._from4d(y, unbatched)
+        out = fn.max_pool2d(x4, self.kernel, self.stride, self.padding, self.dilation, self.ceil_mode,
+                            self.return_indices, xp=self.xp)
+        if self.return_indices:
+            return self._from4d(out[0], unbatched), self._from4d(out[1], unbatched)
+        return self._from4d(out, unbatched)
+
+
+@register("nn.AvgPool1d", "nn.AvgPool2d", "F.avg_pool1d", "F.avg_pool2d")
+class AvgPool(_PoolBase):
+    """torch ``avg_pool1d/2d``: kernel, stride (None = kernel), padding, ceil_mode,
+    count_include_pad, divisor_override."""
+
+    def __init__(self, ctx: BuildContext, nd, kernel, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override):
+        super().__init__(ctx)
+        self.nd = nd
+        self.kernel, self.stride, self.padding = kernel, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+        self._fast = getattr(ctx.fast, "avg_pool2d", None)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        kernel, stride, padding, _ = _window(op, nd, False)
+        ceil_mode = op.param("ceil_mode", bool, default=False)
+        cip = op.param("count_include_pad", bool, default=True)
+        div = op.param("divisor_override", int, default=None)
+        if div is not None and div <= 0:
+            raise LayerParameterError(f"{op.where}: divisor_override={div} must be positive")
+        return cls(ctx, nd, kernel, stride, padding, ceil_mode, cip, div)
+
+    def forward(self, x: Any) -> Any:
+        x4, unbatched = self._as4d(x)
+        f = self._fast if self._fast is not None else fn.avg_pool2d
+        kw = {} if self._fast is not None else {"xp": self.xp}
+        y = f(x4, self.kernel, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+              self.divisor_override, **kw)
+        return self._from4d(y, unbatched)
+
+
+def _output_size(op, nd):
+    raw = op.param("output_size", list)
+    if raw is None:
+        raise LayerParameterError(f"{op.where}: parameter 'output_size' is None")
+    if len(raw) == 1:
+        raw = raw * nd
+    if len(raw) != nd or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in raw):
+        raise LayerParameterError(f"{op.where}: output_size={op.params['output_size']!r} should be "
+                                  f"{nd} ints (0 or None keeps the input size)")
+    sizes = tuple(None if v in (None, 0) else v for v in raw)
+    if any(v is not None and v < 0 for v in sizes):
+        raise LayerParameterError(f"{op.where}: output_size={sizes} must not be negative")
+    return (None,) + sizes if nd == 1 else sizes
+
+
+class _AdaptiveBase(_PoolBase):
+    def __init__(self, ctx: BuildContext, nd, output_size):
+        super().__init__(ctx)
+        self.nd = nd
+        self.output_size = output_size
+
+    def _out_hw(self, x4: Any) -> tuple[int, int]:
+        h, w = x4.shape[-2:]
+        oh = h if self.output_size[0] is None else self.output_size[0]
+        ow = w if self.output_size[1] is None else self.output_size[1]
+        if (oh > 0 and h == 0) or (ow > 0 and w == 0) or oh == 0 or ow == 0:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: cannot pool input {tuple(x4.shape)} to "
+                             f"{(oh, ow)}")
+        return oh, ow
+
+
+@register("nn.AdaptiveAvgPool1d", "nn.AdaptiveAvgPool2d", "F.adaptive_avg_pool1d", "F.adaptive_avg_pool2d")
+class AdaptiveAvgPool(_AdaptiveBase):
+    """torch ``adaptive_avg_pool1d/2d`` to any output size (non-divisible sizes included)."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        return cls(ctx, nd, _output_size(op, nd))
+
+    def forward(self, x: Any) -> Any:
+        x4, unbatched = self._as4d(x)
+        y = fn.adaptive_avg_pool2d(x4, self._out_hw(x4), xp=self.xp)
+        return self._from4d(y, unbatched)
+
+
+@register("nn.AdaptiveMaxPool1d", "nn.AdaptiveMaxPool2d", "F.adaptive_max_pool1d", "F.adaptive_max_pool2d")
+class AdaptiveMaxPool(_AdaptiveBase):
+    """torch ``adaptive_max_pool1d/2d``; with ``return_indices`` (what pnnx writes for the
+    functional form) a second int64 output of flat indices."""
+
+    def __init__(self, ctx, nd, output_size, return_indices):
+        super().__init__(ctx, nd, output_size)
+        self.return_indices = return_indices
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        ri = op.param("return_indices", bool, default=False)
+        _n_outputs(op, ri)
+        return cls(ctx, nd, _output_size(op, nd), ri)
+
+    def forward(self, x: Any) -> Any:
+        x4, unbatched = self._as4d(x)
+        out = fn.adaptive_max_pool2d(x4, self._out_hw(x4), self.return_indices, xp=self.xp)
+        if self.return_indices:
+            return self._from4d(out[0], unbatched), self._from4d(out[1], unbatched)
+        return self._from4d(out, unbatched)

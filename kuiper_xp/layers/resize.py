@@ -1,1 +1,306 @@
-"""resize layers."""
+"""Resizing layers: interpolation and pixel (un)shuffle.
+
+pnnx spellings (from real exports with torch 2.13):
+
+* ``nn.Upsample up 1 1 0 1 mode=nearest scale_factor=(2.0,2.0) size=None``
+* ``nn.Upsample up2 ... align_corners=True mode=bilinear size=(7,9)``
+* ``F.interpolate(..., scale_factor=s)`` comes out as ``F.upsample ... align_corners=False
+  mode=bilinear scale_factor=(1.5,1.5)``; with ``recompute_scale_factor`` set, or mode
+  ``nearest-exact``, as ``F.interpolate ... recompute_scale_factor=True scale_factor=(1.5,1.5)``;
+  nearest by size as ``F.upsample_nearest size=(3,5)``; ``F.upsample_bilinear`` as ``F.upsample
+  align_corners=True mode=bilinear``; a size taken from another tensor as an input
+  ``$size=6`` fed by ``pnnx.Expression expr=[size(@0,2),size(@0,3)]``.
+* ``nn.UpsamplingNearest2d scale_factor=(2.0,2.0) size=None``, ``nn.UpsamplingBilinear2d
+  size=(5,7)`` (align_corners=True).
+* mode ``area`` is exported as ``F.adaptive_avg_pool2d`` (not handled here); ``antialias=True``
+  as a raw ``aten::_upsample_bilinear2d_aa`` (not supported).
+* ``nn.PixelShuffle upscale_factor=2``, ``nn.PixelUnshuffle downscale_factor=2``,
+  ``F.pixel_shuffle`` / ``F.pixel_unshuffle`` with the same keys.
+
+Interpolation is separable: along each spatial axis the output is ``sum_t take(x, idx_t) * w_t``
+with 1 tap (nearest), 2 (linear), 4 (cubic) or a variable number (area). The index and weight
+tables reproduce torch's CPU kernels (``UpSampleKernel.cpp``) exactly, including their float32
+coordinate arithmetic (emulated on the host), the use of the user's scale factor in the
+coordinate mapping unless ``recompute_scale_factor=True``, and bicubic's A=-0.75 with clamped
+taps. Tables are built on first use per (input size, output size, dtype), kept in a dict of
+immutable tuples (thread-safe), and moved to the device once.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from .base import BuildContext, Layer
+from .misc import input_slots, to_int_list
+from .registry import register
+
+_F32 = struct.Struct("<f")
+
+
+def _f32(v: float) -> float:
+    """Round a double to the nearest float32 (products/quotients of float32 values computed in
+    double and rounded once equal the float32 results, so this emulates C++ float arithmetic)."""
+    return _F32.unpack(_F32.pack(v))[0]
+
+
+_CUBIC_A = -0.75
+
+
+def _cubic_weights(t: float) -> tuple[float, float, float, float]:
+    a = _CUBIC_A
+
+    def cc1(x: float) -> float:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def cc2(x: float) -> float:
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return cc2(t + 1.0), cc1(t), cc1(1.0 - t), cc2(2.0 - t)
+
+
+def _coord_scale(n_in: int, n_out: int, align_corners: bool, scale: float | None) -> float:
+    """torch's ``area_pixel_compute_scale<float>``."""
+    if align_corners:
+        return _f32(float(n_in - 1) / (n_out - 1)) if n_out > 1 else 0.0
+    if scale is not None and scale > 0:
+        return _f32(1.0 / scale)
+    return _f32(float(n_in) / n_out)
+
+
+def _source_index(scale: float, dst: int, align_corners: bool, cubic: bool) -> float:
+    """torch's ``area_pixel_compute_source_index<float>``."""
+    if align_corners:
+        return _f32(scale * dst)
+    src = _f32(_f32(scale * _f32(dst + 0.5)) - 0.5)
+    return 0.0 if (not cubic and src < 0) else src
+
+
+def axis_taps(mode: str, n_in: int, n_out: int, align_corners: bool,
+              scale: float | None) -> list[tuple[list[int], list[float] | None]] | None:
+    """Index and weight lists for one axis: ``[(idx, w), ...]`` (one entry per tap, each of
+    length ``n_out``; ``w`` None for nearest), or None when the axis is left unchanged."""
+    taps: list[tuple[list[int], list[float] | None]]
+    if mode in ("nearest", "nearest-exact"):
+        s = _coord_scale(n_in, n_out, False, scale)
+        if mode == "nearest":
+            idx = [min(math.floor(_f32(float(d) * s)), n_in - 1) for d in range(n_out)]
+        else:
+            idx = [min(math.floor(_f32(_f32(d + 0.5) * s)), n_in - 1) for d in range(n_out)]
+        if n_in == n_out and idx == list(range(n_out)):
+            return None
+        return [(idx, None)]
+    if mode in ("linear", "bilinear", "trilinear", "bicubic"):
+        cubic = mode == "bicubic"
+        s = _coord_scale(n_in, n_out, align_corners, scale)
+        n_taps = 4 if cubic else 2
+        idx_t: list[list[int]] = [[] for _ in range(n_taps)]
+        w_t: list[list[float]] = [[] for _ in range(n_taps)]
+        identity = n_in == n_out
+        for d in range(n_out):
+            real = _source_index(s, d, align_corners, cubic)
+            i0 = min(math.floor(real), n_in - 1)
+            lam = min(max(_f32(real - i0), 0.0), 1.0)
+            if cubic:
+                ws = _cubic_weights(lam)
+                ids = [min(max(i0 - 1 + j, 0), n_in - 1) for j in range(4)]
+            else:
+                ws = (_f32(1.0 - lam), lam)
+                ids = [i0, i0 + (1 if i0 < n_in - 1 else 0)]
+            for j in range(n_taps):
+                idx_t[j].append(ids[j])
+                w_t[j].append(ws[j])
+                if ws[j] != 0.0 and (ids[j] != d or ws[j] != 1.0):
+                    identity = False
+        if identity:
+            return None
+        return [(idx_t[j], w_t[j]) for j in range(n_taps)]
+    if mode == "area":  # adaptive average pooling bins
+        starts = [(d * n_in) // n_out for d in range(n_out)]
+        ends = [-((-(d + 1) * n_in) // n_out) for d in range(n_out)]
+        width = max(e - s for s, e in zip(starts, ends))
+        taps = []
+        for j in range(width):
+            idx = [min(s + j, e - 1) for s, e in zip(starts, ends)]
+            w = [1.0 / (e - s) if s + j < e else 0.0 for s, e in zip(starts, ends)]
+            taps.append((idx, w))
+        if n_in == n_out:
+            return None
+        return taps
+    raise ValueError(mode)
+
+
+_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
+_MODE_NDIM = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+
+
+def _expand(value: Any, n: int, what: str, where: str) -> tuple:
+    seq = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if len(seq) == 1:
+        seq = seq * n
+    if len(seq) != n:
+        raise ShapeError(f"{where}: {what} {value!r} does not match the {n} spatial dimension(s) of the input")
+    return seq
+
+
+@register("nn.Upsample", "F.upsample", "F.interpolate", "F.upsample_nearest", "F.upsample_bilinear",
+          "nn.UpsamplingNearest2d", "nn.UpsamplingBilinear2d")
+class Interpolate(Layer):
+    """``F.interpolate`` and its aliases, for modes nearest, nearest-exact, (bi/tri)linear,
+    bicubic (align_corners either way) and area, by output size or by scale factor."""
+
+    def __init__(self, ctx: BuildContext, mode: str, align_corners: bool, size: Any, scale: Any,
+                 recompute: bool, size_pos: int | None, where: str):
+        super().__init__(ctx)
+        self.mode, self.align_corners = mode, align_corners
+        self.size, self.scale, self.recompute = size, scale, recompute
+        self.size_pos, self.where = size_pos, where
+        self._plans: dict[tuple, tuple] = {}
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        t = op.type
+        if t in ("F.upsample_bilinear", "nn.UpsamplingBilinear2d"):
+            mode, align = "bilinear", True
+        elif t in ("F.upsample_nearest", "nn.UpsamplingNearest2d"):
+            mode, align = "nearest", False
+        else:
+            mode = op.param("mode", str, default="nearest")
+            align = op.param("align_corners", bool, default=False) or False
+        if mode not in _MODES:
+            raise LayerParameterError(f"{op.where}: unsupported interpolation mode {mode!r}; supported: {', '.join(_MODES)}")
+        if op.param("antialias", bool, default=False):
+            raise LayerParameterError(f"{op.where}: antialias=True is not supported")
+        slots = input_slots(op, ("input", "size", "scale_factor"))
+        if "scale_factor" in slots:
+            raise LayerParameterError(f"{op.where}: a scale_factor given as an input is not supported")
+        size = op.param("size", default=None)
+        scale = op.param("scale_factor", default=None)
+        if size is not None and not all(isinstance(s, int) and not isinstance(s, bool)
+                                        for s in (size if isinstance(size, list) else [size])):
+            raise LayerParameterError(f"{op.where}: parameter 'size' should be integers, found {size!r}")
+        if scale is not None:
+            items = scale if isinstance(scale, list) else [scale]
+            if not all(isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in items):
+                raise LayerParameterError(f"{op.where}: parameter 'scale_factor' should be positive numbers, "
+                                          f"found {scale!r}")
+            scale = [float(s) for s in items] if isinstance(scale, list) else float(scale)
+        size_pos = slots.get("size")
+        if size is None and scale is None and size_pos is None:
+            raise LayerParameterError(f"{op.where}: either size or scale_factor is needed")
+        recompute = op.param("recompute_scale_factor", bool, default=None) or False
+        return cls(ctx, mode, align, size, scale, recompute, size_pos, op.where)
+
+    def _plan(self, in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], scales: tuple, dtype: Any) -> tuple:
+        key = (in_sizes, out_sizes, str(dtype))
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        xp, dev = self.xp, self.device
+        axes = []
+        for n_in, n_out, s in zip(in_sizes, out_sizes, scales):
+            taps = axis_taps(self.mode, n_in, n_out, self.align_corners, s)
+            if taps is None:
+                axes.append(None)
+                continue
+            axes.append(tuple(
+                (xp.asarray(idx, dtype=xp.int64, device=dev),
+                 None if w is None else xp.asarray(w, dtype=dtype, device=dev))
+                for idx, w in taps))
+        plan = tuple(axes)
+        self._plans[key] = plan
+        return plan
+
+    def forward(self, x: Any, *rest: Any) -> Any:
+        xp = self.xp
+        nsp = x.ndim - 2
+        if nsp < 1:
+            raise ShapeError(f"{self.where}: interpolation needs an (N, C, spatial...) input, found shape {tuple(x.shape)}")
+        need = _MODE_NDIM.get(self.mode)
+        if need is not None and need != nsp:
+            raise ShapeError(f"{self.where}: mode {self.mode!r} needs a {need + 2}-D input, found {x.ndim}-D")
+        in_sizes = tuple(x.shape[2:])
+        if self.size_pos is not None:
+            out_sizes = _expand(to_int_list(rest[self.size_pos - 1]), nsp, "size", self.where)
+            scales: tuple = (None,) * nsp
+        elif self.size is not None:
+            out_sizes = _expand(self.size, nsp, "size", self.where)
+            scales = (None,) * nsp
+        else:
+            factors = _expand(self.scale, nsp, "scale_factor", self.where)
+            out_sizes = tuple(int(math.floor(float(n) * f)) for n, f in zip(in_sizes, factors))
+            scales = (None,) * nsp if self.recompute else factors
+        if any(n <= 0 for n in out_sizes) or any(n <= 0 for n in in_sizes):
+            raise ShapeError(f"{self.where}: input size {in_sizes} and output size {out_sizes} must be positive")
+        plan = self._plan(in_sizes, tuple(out_sizes), scales, x.dtype)
+        for k, taps in enumerate(plan):
+            if taps is None:
+                continue
+            axis = 2 + k
+            if len(taps) == 1 and taps[0][1] is None:
+                x = xp.take(x, taps[0][0], axis=axis)
+                continue
+            bshape = (-1,) + (1,) * (x.ndim - 1 - axis)
+            acc = None
+            for idx, w in taps:
+                term = xp.take(x, idx, axis=axis) * xp.reshape(w, bshape)
+                acc = term if acc is None else acc + term
+            x = acc
+        return x
+
+
+@register("nn.PixelShuffle", "F.pixel_shuffle")
+class PixelShuffle(Layer):
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r)."""
+
+    def __init__(self, ctx: BuildContext, r: int, where: str):
+        super().__init__(ctx)
+        self.r, self.where = r, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        r = op.param("upscale_factor", int)
+        if r <= 0:
+            raise LayerParameterError(f"{op.where}: upscale_factor must be positive, found {r}")
+        return cls(ctx, r, op.where)
+
+    def forward(self, x: Any) -> Any:
+        xp, r = self.xp, self.r
+        if x.ndim < 3 or x.shape[-3] % (r * r):
+            raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: channels must be divisible by {r * r}")
+        lead = tuple(x.shape[:-3])
+        c, h, w = x.shape[-3] // (r * r), x.shape[-2], x.shape[-1]
+        n = len(lead)
+        y = xp.reshape(x, lead + (c, r, r, h, w))
+        y = xp.permute_dims(y, tuple(range(n)) + tuple(n + a for a in (0, 3, 1, 4, 2)))
+        return xp.reshape(y, lead + (c, h * r, w * r))
+
+
+@register("nn.PixelUnshuffle", "F.pixel_unshuffle")
+class PixelUnshuffle(Layer):
+    """(*, C, H*r, W*r) -> (*, C*r*r, H, W)."""
+
+    def __init__(self, ctx: BuildContext, r: int, where: str):
+        super().__init__(ctx)
+        self.r, self.where = r, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        r = op.param("downscale_factor", int)
+        if r <= 0:
+            raise LayerParameterError(f"{op.where}: downscale_factor must be positive, found {r}")
+        return cls(ctx, r, op.where)
+
+    def forward(self, x: Any) -> Any:
+        xp, r = self.xp, self.r
+        if x.ndim < 3 or x.shape[-2] % r or x.shape[-1] % r:
+            raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: height and width must be divisible by {r}")
+        lead = tuple(x.shape[:-3])
+        c, h, w = x.shape[-3], x.shape[-2] // r, x.shape[-1] // r
+        n = len(lead)
+        y = xp.reshape(x, lead + (c, h, r, w, r))
+        y = xp.permute_dims(y, tuple(range(n)) + tuple(n + a for a in (0, 2, 4, 1, 3)))
+        return xp.reshape(y, lead + (c * r * r, h, w))

@@ -1,1 +1,927 @@
-"""shape layers."""
+"""Shape and data-movement layers: flatten, reshape, permute, concat, split, slice, squeeze, ...
+
+Parameters are read once at build. Whatever depends on the runtime input shape (negative dims,
+slice bounds, split boundaries, ``-1`` in a reshape) is computed on the first call for a shape
+and kept in a small per-layer cache keyed by that shape, so a steady-state call costs one dict
+look-up plus the array operation. Filling the cache is idempotent, so concurrent calls are safe.
+
+A parameter pnnx could not fold (a dynamic reshape target, slice bound or select index) arrives
+as an extra input named ``$shape``, ``$end``, ``$starts``, ``$index``, ...: a Python int or list
+of ints from a ``pnnx.Expression`` / ``pnnx.SliceIndexes`` op, or a 0-d / 1-d integer array.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from .base import BuildContext, Layer
+from .registry import register
+
+#: slice bounds at or beyond this mean "to the end" (pnnx writes INT_MAX or INT64_MAX)
+END = 2147483647
+_CACHE_MAX = 64
+
+
+# -- helpers shared with reduce.py -----------------------------------------------------------------
+class ShapeLayer(Layer):
+    """A layer with a per-input-shape cache of derived indices/shapes."""
+
+    def __init__(self, ctx: BuildContext):
+        super().__init__(ctx)
+        self._cache: dict[Any, Any] = {}
+
+    @property
+    def who(self) -> str:
+        return f"{self.op_type} {self.op_name!r}"
+
+    def cached(self, key: Any, make: Callable[[], Any]) -> Any:
+        v = self._cache.get(key)
+        if v is None:
+            v = make()
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[key] = v
+        return v
+
+
+def norm_dim(d: int, ndim: int, who: str, what: str = "dim") -> int:
+    """``d`` in [0, ndim); ShapeError naming the op when out of range."""
+    if not -ndim <= d < ndim:
+        raise ShapeError(f"{who}: {what} {d} is out of range for an input with {ndim} dimension(s)")
+    return d + ndim if d < 0 else d
+
+
+def norm_dims(dims: Sequence[int], ndim: int, who: str, what: str = "dim") -> tuple[int, ...]:
+    out = tuple(norm_dim(d, ndim, who, what) for d in dims)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{who}: {what} {tuple(dims)} repeats a dimension")
+    return out
+
+
+def _one_int(v: Any, who: str, what: str) -> int:
+    if isinstance(v, bool):
+        raise ShapeError(f"{who}: {what} should be an integer, found {v!r}")
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if hasattr(v, "shape") and len(v.shape) == 0:
+        dt = str(v.dtype)
+        if "int" in dt:
+            return int(v)
+        if "float" in dt and float(v).is_integer():
+            return int(float(v))
+    raise ShapeError(f"{who}: {what} should be an integer, found {v!r}")
+
+
+def runtime_ints(value: Any, who: str, what: str) -> tuple[int, ...]:
+    """A runtime parameter (python int/list/tuple, 0-d or 1-d integer array) as a tuple of ints."""
+    if isinstance(value, (list, tuple)):
+        items: Sequence[Any] = value
+    elif hasattr(value, "shape"):
+        if len(value.shape) == 0:
+            items = [value]
+        elif len(value.shape) == 1:
+            items = [value[i] for i in range(value.shape[0])]
+        else:
+            raise ShapeError(f"{who}: {what} should be a list of integers, found an array of shape "
+                             f"{tuple(value.shape)}")
+    else:
+        items = [value]
+    return tuple(_one_int(v, who, what) for v in items)
+
+
+def runtime_int(value: Any, who: str, what: str) -> int:
+    v = runtime_ints(value, who, what)
+    if len(v) != 1:
+        raise ShapeError(f"{who}: {what} should be one integer, found {v!r}")
+    return v[0]
+
+
+def input_slots(op, keys: Sequence[str]) -> dict[str, int]:
+    """Positions of the op's inputs named ``$key`` for the given keys (dynamic parameters)."""
+    return {name: i for i, name in enumerate(op.input_names) if name in keys}
+
+
+def out_dtype(op, k: int = 0) -> str | None:
+    """The Array API dtype name of output ``k`` as annotated in the file, or None."""
+    return op.outputs[k].array_dtype if len(op.outputs) > k else None
+
+
+def dtype_name(dt: Any) -> str:
+    return str(dt).rsplit(".", 1)[-1]
+
+
+def _resolve_shape(target: Sequence[int], numel: int, in_shape: tuple[int, ...], who: str) -> tuple[int, ...]:
+    """torch's view/reshape rule: at most one -1, inferred; every other size >= 0."""
+    neg = [i for i, s in enumerate(target) if s == -1]
+    if len(neg) > 1 or any(s < -1 for s in target):
+        raise ShapeError(f"{who}: invalid target shape {tuple(target)} (only one -1 allowed, no other "
+                         f"negative sizes)")
+    known = math.prod(s for s in target if s != -1)
+    if neg:
+        if known == 0 or numel % known:
+            raise ShapeError(f"{who}: cannot reshape an input of shape {in_shape} ({numel} elements) to "
+                             f"{tuple(target)}")
+        t = list(target)
+        t[neg[0]] = numel // known
+        return tuple(t)
+    if known != numel:
+        raise ShapeError(f"{who}: cannot reshape an input of shape {in_shape} ({numel} elements) to "
+                         f"{tuple(target)} ({known} elements)")
+    return tuple(target)
+
+
+# -- flatten / reshape -----------------------------------------------------------------------------
+@register("torch.flatten", "Tensor.flatten", "nn.Flatten")
+class Flatten(ShapeLayer):
+    """Merge dims start_dim..end_dim into one (nn.Flatten defaults to start_dim=1)."""
+
+    def __init__(self, ctx: BuildContext, start: int, end: int):
+        super().__init__(ctx)
+        self.start, self.end = start, end
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        default = 1 if op.type == "nn.Flatten" else 0
+        return cls(ctx, op.param("start_dim", int, default), op.param("end_dim", int, -1))
+
+    def _target(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        nd = max(len(shape), 1)
+        s = norm_dim(self.start, nd, self.who, "start_dim")
+        e = norm_dim(self.end, nd, self.who, "end_dim")
+        if s > e:
+            raise ShapeError(f"{self.who}: start_dim {self.start} comes after end_dim {self.end} for an "
+                             f"input of shape {shape}")
+        if not shape:
+            return (1,)
+        return shape[:s] + (math.prod(shape[s:e + 1]),) + shape[e + 1:]
+
+    def forward(self, x: Any) -> Any:
+        shape = tuple(x.shape)
+        return self.xp.reshape(x, self.cached(shape, lambda: self._target(shape)))
+
+
+@register("Tensor.unflatten", "torch.unflatten", "nn.Unflatten")
+class Unflatten(ShapeLayer):
+    """Split dim ``dim`` into ``sizes`` (one of them may be -1)."""
+
+    def __init__(self, ctx: BuildContext, dim: int, sizes: tuple[int, ...]):
+        super().__init__(ctx)
+        self.dim, self.sizes = dim, sizes
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        key = "unflattened_size" if op.has_param("unflattened_size") else "sizes"
+        return cls(ctx, op.param("dim", int), op.param(key, (int,)))
+
+    def _target(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        d = norm_dim(self.dim, len(shape), self.who)
+        mid = _resolve_shape(self.sizes, shape[d], shape, self.who)
+        return shape[:d] + mid + shape[d + 1:]
+
+    def forward(self, x: Any) -> Any:
+        shape = tuple(x.shape)
+        return self.xp.reshape(x, self.cached(shape, lambda: self._target(shape)))
+
+
+@register("Tensor.reshape", "Tensor.view", "torch.reshape")
+class Reshape(ShapeLayer):
+    """torch's reshape/view: ``shape`` (may hold one -1), or a second input carrying the target
+    (a list of ints built by a ``pnnx.Expression`` such as ``[int(size(@0,0)),-1,...]``)."""
+
+    def __init__(self, ctx: BuildContext, shape: tuple[int, ...] | None):
+        super().__init__(ctx)
+        self.shape = shape
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) >= 2:
+            return cls(ctx, None)
+        return cls(ctx, op.param("shape", (int,)))
+
+    def forward(self, x: Any, shape: Any = None) -> Any:
+        in_shape = tuple(x.shape)
+        if shape is None:
+            target = self.cached(in_shape, lambda: _resolve_shape(self.shape, math.prod(in_shape), in_shape,
+                                                                   self.who))
+        else:
+            target = _resolve_shape(runtime_ints(shape, self.who, "the target shape"), math.prod(in_shape),
+                                    in_shape, self.who)
+        return self.xp.reshape(x, target)
+
+
+# -- axis permutations -----------------------------------------------------------------------------
+@register("Tensor.permute", "torch.permute")
+class Permute(ShapeLayer):
+    def __init__(self, ctx: BuildContext, dims: tuple[int, ...]):
+        super().__init__(ctx)
+        self.dims = dims
+        n = len(dims)
+        norm = tuple(d + n if d < 0 else d for d in dims)
+        self.perm = norm if sorted(norm) == list(range(n)) else None
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        dims = op.param("dims", (int,))
+        layer = cls(ctx, dims)
+        if layer.perm is None:
+            raise LayerParameterError(f"{op.where}: parameter 'dims' should be a permutation, found {dims!r}")
+        return layer
+
+    def forward(self, x: Any) -> Any:
+        if x.ndim != len(self.dims):
+            raise ShapeError(f"{self.who}: dims {self.dims} do not fit an input of shape {tuple(x.shape)}")
+        return self.xp.permute_dims(x, self.perm)
+
+
+@register("torch.transpose", "Tensor.transpose", "torch.swapaxes", "torch.swapdims")
+class Transpose(ShapeLayer):
+    """Swap two dims."""
+
+    def __init__(self, ctx: BuildContext, dim0: int, dim1: int):
+        super().__init__(ctx)
+        self.dim0, self.dim1 = dim0, dim1
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if op.has_param("dim0"):
+            return cls(ctx, op.param("dim0", int), op.param("dim1", int))
+        return cls(ctx, op.param("axis0", int), op.param("axis1", int))
+
+    def _perm(self, nd: int) -> tuple[int, ...]:
+        a, b = norm_dim(self.dim0, nd, self.who, "dim0"), norm_dim(self.dim1, nd, self.who, "dim1")
+        p = list(range(nd))
+        p[a], p[b] = p[b], p[a]
+        return tuple(p)
+
+    def forward(self, x: Any) -> Any:
+        nd = x.ndim
+        return self.xp.permute_dims(x, self.cached(nd, lambda: self._perm(nd)))
+
+
+@register("nn.ChannelShuffle", "F.channel_shuffle", "torch.channel_shuffle", "torch.native_channel_shuffle")
+class ChannelShuffle(ShapeLayer):
+    """(N, C, *) -> (N, g, C/g, *) -> swap 1, 2 -> (N, C, *)."""
+
+    def __init__(self, ctx: BuildContext, groups: int):
+        super().__init__(ctx)
+        self.groups = groups
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        g = op.param("groups", int)
+        if g < 1:
+            raise LayerParameterError(f"{op.where}: parameter 'groups' should be >= 1, found {g!r}")
+        return cls(ctx, g)
+
+    def _plan(self, shape: tuple[int, ...]):
+        if len(shape) < 2 or shape[1] % self.groups:
+            raise ShapeError(f"{self.who}: {shape[1] if len(shape) > 1 else '?'} channels of an input of "
+                             f"shape {shape} do not split into {self.groups} groups")
+        g = self.groups
+        split = (shape[0], g, shape[1] // g) + shape[2:]
+        perm = (0, 2, 1) + tuple(range(3, len(split)))
+        return split, perm
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        shape = tuple(x.shape)
+        split, perm = self.cached(shape, lambda: self._plan(shape))
+        return xp.reshape(xp.permute_dims(xp.reshape(x, split), perm), shape)
+
+
+# -- joining ---------------------------------------------------------------------------------------
+@register("torch.cat", "torch.concat", "torch.concatenate")
+class Cat(ShapeLayer):
+    """Concatenate all inputs along ``dim``; mixed dtypes are cast to the annotated output dtype."""
+
+    def __init__(self, ctx: BuildContext, dim: int, dtype: str | None):
+        super().__init__(ctx)
+        self.dim, self.dtype = dim, dtype
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        key = "axis" if op.has_param("axis") and not op.has_param("dim") else "dim"
+        return cls(ctx, op.param(key, int, 0), out_dtype(op))
+
+    def forward(self, *xs: Any) -> Any:
+        xp = self.xp
+        if len({dtype_name(a.dtype) for a in xs}) > 1:
+            dt = getattr(xp, self.dtype) if self.dtype else xp.result_type(*xs)
+            xs = tuple(a if a.dtype == dt else xp.astype(a, dt) for a in xs)
+        nd = xs[0].ndim
+        if any(a.ndim != nd for a in xs):
+            raise ShapeError(f"{self.who}: inputs of shapes {[tuple(a.shape) for a in xs]} have different ranks")
+        d = norm_dim(self.dim, nd, self.who)
+        try:
+            return xp.concat(list(xs), axis=d)
+        except ValueError as exc:
+            raise ShapeError(f"{self.who}: cannot concatenate shapes {[tuple(a.shape) for a in xs]} along "
+                             f"dim {self.dim}: {exc}") from exc
+
+
+@register("torch.stack")
+class Stack(Cat):
+    """Stack inputs along a new dim ``dim``."""
+
+    def forward(self, *xs: Any) -> Any:
+        xp = self.xp
+        if len({dtype_name(a.dtype) for a in xs}) > 1:
+            dt = getattr(xp, self.dtype) if self.dtype else xp.result_type(*xs)
+            xs = tuple(a if a.dtype == dt else xp.astype(a, dt) for a in xs)
+        shapes = {tuple(a.shape) for a in xs}
+        if len(shapes) != 1:
+            raise ShapeError(f"{self.who}: cannot stack inputs of different shapes {[tuple(a.shape) for a in xs]}")
+        d = norm_dim(self.dim, xs[0].ndim + 1, self.who)
+        return xp.stack(list(xs), axis=d)
+
+
+# -- splitting (several outputs) -------------------------------------------------------------------
+class _Split(ShapeLayer):
+    """Base: subclasses give the (start, stop) pieces of dim ``d`` of size ``n``."""
+
+    def __init__(self, ctx: BuildContext, dim: int, n_out: int):
+        super().__init__(ctx)
+        self.dim, self.n_out = dim, n_out
+
+    def _bounds(self, n: int) -> list[tuple[int, int]]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _keys(self, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], ...]:
+        d = norm_dim(self.dim, len(shape), self.who)
+        bounds = self._bounds(shape[d])
+        if len(bounds) != self.n_out:
+            raise ShapeError(f"{self.who}: splitting dim {self.dim} of size {shape[d]} (input shape {shape}) "
+                             f"gives {len(bounds)} pieces {[b - a for a, b in bounds]}, the op has "
+                             f"{self.n_out} outputs")
+        head = (slice(None),) * d
+        tail = (slice(None),) * (len(shape) - d - 1)
+        return tuple(head + (slice(a, b),) + tail for a, b in bounds)
+
+    def forward(self, x: Any) -> tuple[Any, ...]:
+        shape = tuple(x.shape)
+        keys = self.cached(shape, lambda: self._keys(shape))
+        return tuple(x[k] for k in keys)
+
+
+@register("torch.chunk", "Tensor.chunk")
+class Chunk(_Split):
+    """torch.chunk: pieces of ceil(n / chunks); the last may be smaller (or there may be fewer)."""
+
+    def __init__(self, ctx: BuildContext, dim: int, n_out: int, chunks: int):
+        super().__init__(ctx, dim, n_out)
+        self.chunks = chunks
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        chunks = op.param("chunks", int)
+        if chunks < 1:
+            raise LayerParameterError(f"{op.where}: parameter 'chunks' should be >= 1, found {chunks!r}")
+        return cls(ctx, op.param("dim", int, 0), len(op.outputs), chunks)
+
+    def _bounds(self, n: int) -> list[tuple[int, int]]:
+        if n == 0:
+            return [(0, 0)] * self.chunks
+        step = -(-n // self.chunks)
+        return [(a, min(a + step, n)) for a in range(0, n, step)]
+
+
+@register("torch.split", "Tensor.split", "Tensor.split_with_sizes", "torch.split_with_sizes")
+class Split(_Split):
+    """torch.split: an int piece size (last piece smaller) or a list of sizes summing to the dim."""
+
+    def __init__(self, ctx: BuildContext, dim: int, n_out: int, sections: tuple[int, ...], is_list: bool):
+        super().__init__(ctx, dim, n_out)
+        self.sections, self.is_list = sections, is_list
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        key = next((k for k in ("split_size_or_sections", "split_sizes", "split_size") if op.has_param(k)),
+                   "split_size_or_sections")
+        raw = op.param(key)
+        is_list = isinstance(raw, (list, tuple))
+        sections = op.param(key, (int,))
+        if any(s < 0 for s in sections) or (not is_list and sections[0] < 1):
+            raise LayerParameterError(f"{op.where}: parameter {key!r} has invalid sizes {raw!r}")
+        return cls(ctx, op.param("dim", int, 0), len(op.outputs), sections, is_list)
+
+    def _bounds(self, n: int) -> list[tuple[int, int]]:
+        if not self.is_list:
+            s = self.sections[0]
+            return [(a, min(a + s, n)) for a in range(0, n, s)] or [(0, 0)]
+        if sum(self.sections) != n:
+            raise ShapeError(f"{self.who}: split sizes {list(self.sections)} sum to {sum(self.sections)}, "
+                             f"but dim {self.dim} has size {n}")
+        out, a = [], 0
+        for s in self.sections:
+            out.append((a, a + s))
+            a += s
+        return out
+
+
+@register("torch.tensor_split", "Tensor.tensor_split")
+class TensorSplit(_Split):
+    """torch.tensor_split: ``sections`` (first n % s pieces one longer) or ``indices`` (cut points)."""
+
+    def __init__(self, ctx: BuildContext, dim: int, n_out: int, sections: int | None,
+                 indices: tuple[int, ...] | None):
+        super().__init__(ctx, dim, n_out)
+        self.sections, self.indices = sections, indices
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        dim = op.param("dim", int, 0)
+        if op.has_param("indices"):
+            return cls(ctx, dim, len(op.outputs), None, op.param("indices", (int,)))
+        s = op.param("sections", int)
+        if s < 1:
+            raise LayerParameterError(f"{op.where}: parameter 'sections' should be >= 1, found {s!r}")
+        return cls(ctx, dim, len(op.outputs), s, None)
+
+    def _bounds(self, n: int) -> list[tuple[int, int]]:
+        if self.sections is not None:
+            q, r = divmod(n, self.sections)
+            out, a = [], 0
+            for i in range(self.sections):
+                b = a + q + (1 if i < r else 0)
+                out.append((a, b))
+                a = b
+            return out
+        cuts = [0] + [slice(i).indices(n)[1] for i in self.indices] + [n]
+        out = []
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            out.append((a, max(a, b)))
+        return out
+
+
+@register("torch.unbind", "Tensor.unbind")
+class Unbind(ShapeLayer):
+    """One output per index of ``dim``, with that dim removed."""
+
+    def __init__(self, ctx: BuildContext, dim: int, n_out: int):
+        super().__init__(ctx)
+        self.dim, self.n_out = dim, n_out
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("dim", int, 0), len(op.outputs))
+
+    def _keys(self, shape: tuple[int, ...]):
+        d = norm_dim(self.dim, len(shape), self.who)
+        if shape[d] != self.n_out:
+            raise ShapeError(f"{self.who}: dim {self.dim} of an input of shape {shape} has size {shape[d]}, "
+                             f"the op has {self.n_out} outputs")
+        head = (slice(None),) * d
+        return tuple(head + (i, ...) for i in range(shape[d]))
+
+    def forward(self, x: Any) -> tuple[Any, ...]:
+        shape = tuple(x.shape)
+        return tuple(x[k] for k in self.cached(shape, lambda: self._keys(shape)))
+
+
+# -- slicing ---------------------------------------------------------------------------------------
+def _slice_key(n: int, start: int, end: int, step: int, who: str, d: int) -> slice:
+    if step < 1:
+        raise ShapeError(f"{who}: slice step {step} on dim {d} should be >= 1")
+    a, b, _ = slice(start, None if end >= END else end, step).indices(n)
+    return slice(a, max(a, b), step)
+
+
+def _select_key(n: int, index: int, who: str, d: int) -> int:
+    if not -n <= index < n:
+        raise ShapeError(f"{who}: index {index} is out of range for dim {d} of size {n}")
+    return index + n if index < 0 else index
+
+
+_SLICE1 = ("dim", "start", "end", "step")
+_SLICEN = ("dims", "starts", "ends", "steps", "selects")
+
+
+@register("Tensor.slice")
+class Slice(ShapeLayer):
+    """``x[..., start:end:step, ...]`` on one dim (``dim/start/end/step``) or several
+    (``dims/starts/ends/steps/selects``: a ``selects`` entry other than INT_MAX picks one index and
+    drops the dim). Dims are those of the input. End >= 2147483647 means "to the end"; negative
+    starts/ends count from the end and are clamped, as in Python. Any parameter may instead come as
+    an input (``$end``, ``$starts``, ...)."""
+
+    def __init__(self, ctx: BuildContext, multi: bool, params: dict[str, Any], slots: dict[str, int]):
+        super().__init__(ctx)
+        self.multi, self.params, self.slots = multi, params, slots
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        multi = any(op.has_param(k) for k in _SLICEN) or any(n in _SLICEN for n in op.input_names)
+        keys = _SLICEN if multi else _SLICE1
+        slots = input_slots(op, keys)
+        params: dict[str, Any] = {}
+        for k in keys:
+            if k in slots:
+                continue
+            if multi:
+                params[k] = op.param(k, (int,), None)
+            else:
+                params[k] = op.param(k, int, None)
+        if multi:
+            if params.get("dims") is None and "dims" not in slots:
+                raise LayerParameterError(f"{op.where}: parameter 'dims' is missing")
+            if "dims" not in slots and len(set(params["dims"])) != len(params["dims"]):
+                raise LayerParameterError(f"{op.where}: parameter 'dims' repeats a dim: {params['dims']!r}")
+        elif params.get("dim") is None and "dim" not in slots:
+            raise LayerParameterError(f"{op.where}: parameter 'dim' is missing")
+        return cls(ctx, multi, params, slots)
+
+    def _values(self, extra: tuple[Any, ...]) -> dict[str, Any]:
+        vals = dict(self.params)
+        for k, i in self.slots.items():
+            v = extra[i - 1]
+            vals[k] = runtime_ints(v, self.who, k) if self.multi else runtime_int(v, self.who, k)
+        return vals
+
+    def _key(self, shape: tuple[int, ...], vals: dict[str, Any]) -> tuple[Any, ...]:
+        nd = len(shape)
+        key: list[Any] = [slice(None)] * nd
+        if not self.multi:
+            d = norm_dim(vals["dim"], nd, self.who)
+            start = 0 if vals.get("start") is None else vals["start"]
+            end = END if vals.get("end") is None else vals["end"]
+            step = 1 if vals.get("step") is None else vals["step"]
+            key[d] = _slice_key(shape[d], start, end, step, self.who, d)
+            return tuple(key)
+        dims = vals["dims"]
+        m = len(dims)
+
+        def get(k: str, default: int) -> tuple[int, ...]:
+            v = vals.get(k)
+            if v is None:
+                return (default,) * m
+            if len(v) != m:
+                raise ShapeError(f"{self.who}: {k} {v} should have {m} entries like dims {dims}")
+            return v
+
+        starts, ends, steps, selects = get("starts", 0), get("ends", END), get("steps", 1), get("selects", END)
+        for d, a, b, s, sel in zip(norm_dims(dims, nd, self.who), starts, ends, steps, selects):
+            if sel < END:
+                key[d] = _select_key(shape[d], sel, self.who, d)
+            else:
+                key[d] = _slice_key(shape[d], a, b, s, self.who, d)
+        return tuple(key)
+
+    def forward(self, x: Any, *extra: Any) -> Any:
+        shape = tuple(x.shape)
+        if extra:
+            return x[self._key(shape, self._values(extra))]
+        return x[self.cached(shape, lambda: self._key(shape, self.params))]
+
+
+@register("Tensor.select", "torch.select")
+class Select(ShapeLayer):
+    """``x[..., index, ...]`` on ``dim`` (the dim is dropped); ``index`` may be an input."""
+
+    def __init__(self, ctx: BuildContext, dim: int, index: int | None, slot: int | None):
+        super().__init__(ctx)
+        self.dim, self.index, self.slot = dim, index, slot
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        slot = input_slots(op, ("index",)).get("index")
+        if slot is None and len(op.inputs) >= 2:
+            slot = 1
+        index = None if slot is not None else op.param("index", int)
+        return cls(ctx, op.param("dim", int), index, slot)
+
+    def _key(self, shape: tuple[int, ...], index: int) -> tuple[Any, ...]:
+        d = norm_dim(self.dim, len(shape), self.who)
+        return (slice(None),) * d + (_select_key(shape[d], index, self.who, d), ...)
+
+    def forward(self, x: Any, *extra: Any) -> Any:
+        shape = tuple(x.shape)
+        if self.slot is not None:
+            return x[self._key(shape, runtime_int(extra[self.slot - 1], self.who, "index"))]
+        return x[self.cached(shape, lambda: self._key(shape, self.index))]
+
+
+@register("torch.narrow", "Tensor.narrow")
+class Narrow(ShapeLayer):
+    """``x[..., start:start+length, ...]`` on ``dim`` (negative start counts from the end)."""
+
+    def __init__(self, ctx: BuildContext, dim: int, start: int, length: int):
+        super().__init__(ctx)
+        self.dim, self.start, self.length = dim, start, length
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("dim", int), op.param("start", int), op.param("length", int))
+
+    def _key(self, shape: tuple[int, ...]) -> tuple[Any, ...]:
+        d = norm_dim(self.dim, len(shape), self.who)
+        n = shape[d]
+        a = self.start + n if self.start < 0 else self.start
+        if not 0 <= a <= n or self.length < 0 or a + self.length > n:
+            raise ShapeError(f"{self.who}: narrow(start={self.start}, length={self.length}) does not fit dim "
+                             f"{self.dim} of size {n}")
+        return (slice(None),) * d + (slice(a, a + self.length), ...)
+
+    def forward(self, x: Any) -> Any:
+        shape = tuple(x.shape)
+        return x[self.cached(shape, lambda: self._key(shape))]
+
+
+@register("pnnx.SliceIndexes")
+class SliceIndexes(ShapeLayer):
+    """Builds the list of slice bounds for a dynamic ``Tensor.slice``: ``indexes=(@0,1)`` gives
+    ``[int(input 0), 1]``."""
+
+    def __init__(self, ctx: BuildContext, items: tuple[Any, ...]):
+        super().__init__(ctx)
+        self.items = items
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        raw = op.param("indexes", list)
+        items: list[Any] = []
+        for v in raw:
+            if isinstance(v, str) and v.startswith("@") and v[1:].isdigit():
+                k = int(v[1:])
+                if k >= len(op.inputs):
+                    raise LayerParameterError(f"{op.where}: parameter 'indexes' refers to input {v}, the op "
+                                              f"has {len(op.inputs)} input(s)")
+                items.append(k)
+            elif isinstance(v, int) and not isinstance(v, bool):
+                items.append(("const", v))
+            else:
+                raise LayerParameterError(f"{op.where}: parameter 'indexes' has an entry {v!r} that is neither "
+                                          f"an int nor @N")
+        return cls(ctx, tuple(items))
+
+    def forward(self, *inputs: Any) -> list[int]:
+        return [it[1] if isinstance(it, tuple) else runtime_int(inputs[it], self.who, "index")
+                for it in self.items]
+
+
+# -- adding / removing unit dims -------------------------------------------------------------------
+@register("torch.squeeze", "Tensor.squeeze")
+class Squeeze(ShapeLayer):
+    """Drop size-1 dims: all of them, or those listed in ``dim`` (a listed dim whose size is not 1
+    is kept, as in torch)."""
+
+    def __init__(self, ctx: BuildContext, dims: tuple[int, ...] | None):
+        super().__init__(ctx)
+        self.dims = dims
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("dim", (int,), None))
+
+    def _axes(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if self.dims is None:
+            return tuple(i for i, s in enumerate(shape) if s == 1)
+        if not shape:
+            for d in self.dims:
+                norm_dim(d, 1, self.who)
+            return ()
+        return tuple(d for d in norm_dims(self.dims, len(shape), self.who) if shape[d] == 1)
+
+    def forward(self, x: Any) -> Any:
+        shape = tuple(x.shape)
+        axes = self.cached(shape, lambda: self._axes(shape))
+        return self.xp.squeeze(x, axis=axes) if axes else x
+
+
+@register("torch.unsqueeze", "Tensor.unsqueeze")
+class Unsqueeze(ShapeLayer):
+    """Insert a size-1 dim at ``dim`` (in [-ndim-1, ndim])."""
+
+    def __init__(self, ctx: BuildContext, dim: int):
+        super().__init__(ctx)
+        self.dim = dim
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("dim", int))
+
+    def _target(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        d = norm_dim(self.dim, len(shape) + 1, self.who)
+        return shape[:d] + (1,) + shape[d:]
+
+    def forward(self, x: Any) -> Any:
+        shape = tuple(x.shape)
+        return self.xp.reshape(x, self.cached(shape, lambda: self._target(shape)))
+
+
+# -- copies, repeats, broadcasts -------------------------------------------------------------------
+@register("Tensor.contiguous", "Tensor.clone", "Tensor.detach")
+class Contiguous(Layer):
+    """No-op: arrays here have no layout the next op must care about (clone: arrays are not
+    written in place by any layer, so sharing is safe)."""
+
+    def forward(self, x: Any, *_: Any) -> Any:
+        return x
+
+
+@register("Tensor.expand", "Tensor.expand_as", "torch.broadcast_to", "Tensor.broadcast_to")
+class Expand(ShapeLayer):
+    """Broadcast to ``sizes`` (-1 keeps a dim; extra leading dims allowed), to a ``$sizes`` input,
+    or (expand_as) to the second input's shape."""
+
+    def __init__(self, ctx: BuildContext, sizes: tuple[int, ...] | None, mode: str):
+        super().__init__(ctx)
+        self.sizes, self.mode = sizes, mode
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if op.type == "Tensor.expand_as":
+            return cls(ctx, None, "as")
+        if len(op.inputs) >= 2:
+            return cls(ctx, None, "input")
+        key = "size" if op.has_param("size") and not op.has_param("sizes") else "sizes"
+        return cls(ctx, op.param(key, (int,)), "param")
+
+    def _target(self, shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
+        lead = len(sizes) - len(shape)
+        if lead < 0:
+            raise ShapeError(f"{self.who}: expand sizes {sizes} have fewer dims than the input shape {shape}")
+        out = []
+        for i, s in enumerate(sizes):
+            if s == -1:
+                if i < lead:
+                    raise ShapeError(f"{self.who}: -1 is not allowed for a new leading dim in expand sizes {sizes}")
+                s = shape[i - lead]
+            elif i >= lead and shape[i - lead] not in (1, s):
+                raise ShapeError(f"{self.who}: cannot expand an input of shape {shape} to {sizes}")
+            elif s < 0:
+                raise ShapeError(f"{self.who}: invalid expand sizes {sizes}")
+            out.append(s)
+        return tuple(out)
+
+    def forward(self, x: Any, other: Any = None) -> Any:
+        shape = tuple(x.shape)
+        if self.mode == "as":
+            target = tuple(other.shape)
+            if target == shape:
+                return x
+            return self.xp.broadcast_to(x, self._target(shape, target))
+        if self.mode == "input":
+            target = self._target(shape, runtime_ints(other, self.who, "sizes"))
+        else:
+            target = self.cached(shape, lambda: self._target(shape, self.sizes))
+        return x if target == shape else self.xp.broadcast_to(x, target)
+
+
+@register("Tensor.repeat", "torch.tile", "Tensor.tile")
+class Repeat(ShapeLayer):
+    """Tile the input: ``Tensor.repeat sizes=`` (at least ndim entries) or ``torch.tile dims=``
+    (fewer entries are padded with leading 1s); ``sizes`` may be an input."""
+
+    def __init__(self, ctx: BuildContext, reps: tuple[int, ...] | None, strict_len: bool):
+        super().__init__(ctx)
+        self.reps, self.strict_len = reps, strict_len
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        strict_len = op.type == "Tensor.repeat"
+        if len(op.inputs) >= 2:
+            return cls(ctx, None, strict_len)
+        key = next((k for k in ("sizes", "dims", "repeats") if op.has_param(k)), "sizes")
+        reps = op.param(key, (int,))
+        if any(r < 0 for r in reps):
+            raise LayerParameterError(f"{op.where}: parameter {key!r} has negative repeats {reps!r}")
+        return cls(ctx, reps, strict_len)
+
+    def forward(self, x: Any, reps: Any = None) -> Any:
+        reps = self.reps if reps is None else runtime_ints(reps, self.who, "repeats")
+        if self.strict_len and len(reps) < x.ndim:
+            raise ShapeError(f"{self.who}: {len(reps)} repeats {reps} for an input with {x.ndim} dims")
+        if all(r == 1 for r in reps) and len(reps) <= x.ndim:
+            return x
+        return self.xp.tile(x, tuple(reps))
+
+
+@register("torch.repeat_interleave", "Tensor.repeat_interleave")
+class RepeatInterleave(ShapeLayer):
+    """Repeat each element ``repeats`` times along ``dim`` (or of the flattened input)."""
+
+    def __init__(self, ctx: BuildContext, repeats: Any, dim: int | None):
+        super().__init__(ctx)
+        self.repeats, self.dim = repeats, dim
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        raw = op.param("repeats")
+        if isinstance(raw, (list, tuple)):
+            reps = op.param("repeats", (int,))
+            repeats: Any = ctx.asarray(list(reps), dtype="int64") if len(reps) > 1 else reps[0]
+        else:
+            repeats = op.param("repeats", int)
+        return cls(ctx, repeats, op.param("dim", int, None))
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        if self.dim is None:
+            return xp.repeat(xp.reshape(x, (-1,)), self.repeats, axis=0)
+        d = norm_dim(self.dim, x.ndim, self.who)
+        return xp.repeat(x, self.repeats, axis=d)
+
+
+@register("torch.roll", "Tensor.roll")
+class Roll(ShapeLayer):
+    """Roll along ``dims`` by ``shifts`` (no dims: over the flattened input)."""
+
+    def __init__(self, ctx: BuildContext, shifts: tuple[int, ...], dims: tuple[int, ...] | None):
+        super().__init__(ctx)
+        self.shifts, self.dims = shifts, dims
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        shifts = op.param("shifts", (int,))
+        dims = op.param("dims", (int,), None)
+        if dims is not None and len(dims) != len(shifts):
+            raise LayerParameterError(f"{op.where}: parameters 'shifts' {shifts!r} and 'dims' {dims!r} differ in length")
+        if dims is None and len(shifts) != 1:
+            raise LayerParameterError(f"{op.where}: several shifts {shifts!r} need 'dims'")
+        return cls(ctx, shifts, dims)
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        if self.dims is None:
+            return xp.reshape(xp.roll(xp.reshape(x, (-1,)), self.shifts[0]), x.shape)
+        nd = x.ndim
+        axes = self.cached(nd, lambda: tuple(norm_dim(d, nd, self.who) for d in self.dims))
+        return xp.roll(x, shift=self.shifts, axis=axes)
+
+
+@register("torch.flip", "Tensor.flip")
+class Flip(ShapeLayer):
+    def __init__(self, ctx: BuildContext, dims: tuple[int, ...]):
+        super().__init__(ctx)
+        self.dims = dims
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, op.param("dims", (int,)))
+
+    def forward(self, x: Any) -> Any:
+        nd = x.ndim
+        axes = self.cached(nd, lambda: norm_dims(self.dims, nd, self.who))
+        return self.xp.flip(x, axis=axes)
+
+
+# -- dtype casts and constant-like tensors ---------------------------------------------------------
+TORCH_DTYPES = {
+    "torch.float": "float32", "torch.float32": "float32", "torch.double": "float64",
+    "torch.float64": "float64", "torch.half": "float16", "torch.float16": "float16",
+    "torch.bfloat16": "bfloat16", "torch.int": "int32", "torch.int32": "int32", "torch.long": "int64",
+    "torch.int64": "int64", "torch.short": "int16", "torch.int16": "int16", "torch.int8": "int8",
+    "torch.uint8": "uint8", "torch.bool": "bool", "torch.cfloat": "complex64",
+    "torch.complex64": "complex64", "torch.cdouble": "complex128", "torch.complex128": "complex128",
+}
+
+
+def torch_dtype(op, ctx: BuildContext, key: str = "dtype") -> Any:
+    """The backend dtype named by ``dtype=torch.xxx`` (else the output annotation), or None."""
+    raw = op.param(key, None, None)
+    name = None
+    if raw is not None:
+        if not isinstance(raw, str) or raw not in TORCH_DTYPES:
+            raise LayerParameterError(f"{op.where}: parameter {key!r} should be a torch dtype such as "
+                                      f"torch.float, found {raw!r}")
+        name = TORCH_DTYPES[raw]
+    elif out_dtype(op) is not None:
+        name = out_dtype(op)
+    if name is None:
+        return None
+    dt = getattr(ctx.xp, name, None)
+    if dt is None:
+        raise LayerParameterError(f"{op.where}: dtype {name} is not available on this backend")
+    return dt
+
+
+@register("Tensor.to", "Tensor.type")
+class Cast(ShapeLayer):
+    """Cast to ``dtype`` (``torch.float``, ``torch.long``, ...); float to int truncates toward 0."""
+
+    def __init__(self, ctx: BuildContext, dtype: Any):
+        super().__init__(ctx)
+        self.dtype = dtype
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, torch_dtype(op, ctx))
+
+    def forward(self, x: Any, *_: Any) -> Any:
+        if self.dtype is None or x.dtype == self.dtype:
+            return x
+        return self.xp.astype(x, self.dtype)
+
+
+@register("Tensor.type_as")
+class TypeAs(Layer):
+    """Cast the first input to the dtype of the second."""
+
+    def forward(self, x: Any, other: Any) -> Any:
+        return x if x.dtype == other.dtype else self.xp.astype(x, other.dtype)

@@ -54,7 +54,7 @@ def _central_directory_claims(f, size: int) -> tuple[int, int] | None:
             rec = f.read(56)
             if len(rec) == 56 and rec[:4] == b"PK\x06\x06":
                 e64, s64 = struct.unpack("<QQ", rec[32:48])
-                entries, cd_size = max(entries, e64), max(cd_size, s64)
+                entries, cd_size = e64, s64  # the classic record holds 0xffff sentinels
     return entries, cd_size
 
 

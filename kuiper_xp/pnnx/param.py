@@ -127,7 +127,9 @@ def parse_param(path: str | os.PathLike) -> Model:
         )
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(limits.max_param_bytes + 1)  # the file may have grown since stat()
+            # read() pre-allocates its argument: ask for the size stat() gave, plus one byte to
+            # notice a file that grew since
+            raw = fh.read(size + 1)
         if len(raw) > limits.max_param_bytes:
             raise ResourceLimitError(f"{path}: param file is over the limit max_param_bytes="
                                      f"{limits.max_param_bytes}")
@@ -212,7 +214,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
                       f"found {_shorten(s_in, 30)} {_shorten(s_out, 30)}", lno)
         if len(tok) < 4 + n_in + n_out:
             raise err(
-                f"operator {_shorten(typ)} {_shorten(name)} declares {_shorten(s_in, 30)} inputs and "
+                f"operator {typ[:60]} {_shorten(name)} declares {_shorten(s_in, 30)} inputs and "
                 f"{_shorten(s_out, 30)} outputs "
                 f"but the line has only {len(tok) - 4} names after the counts", lno)
         if name in op_names:

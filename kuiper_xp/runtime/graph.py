@@ -305,23 +305,29 @@ class Graph:
 
     # -- execution --------------------------------------------------------------------------------
     def _convert_input(self, k: int, x: Any) -> Any:
+        """Check input ``k`` (count is checked by the caller) against the model's declaration,
+        then bring it to the graph's backend and device. Shape and dtype are checked *before*
+        any conversion, so a wrong input never reaches the array library."""
         spec = self.inputs[k]
         be = self.backend
         if hasattr(x, "data") and type(x).__name__ == "Tensor" and hasattr(x, "backend"):
             x = x.data
         lib = type(x).__module__.split(".")[0]
-        if lib == "numpy" and hasattr(x, "dtype"):
-            arr = x if be.library == "numpy" else be.asarray(x)
+        is_numpy = lib == "numpy" and hasattr(x, "dtype") and hasattr(x, "shape")
+        if is_numpy:
+            pass
         elif be.owns(x):
-            if not be.same_device(x.device):
+            if not be.same_device(getattr(x, "device", None)):
                 raise InputError(f"input {k} ({spec.name}) is on device {x.device}, but the graph runs on "
                                  f"{be.device_str()}; move it there or pass a numpy array")
-            arr = x
         else:
+            hint = " (convert it with numpy.asarray)" if isinstance(x, (list, tuple, int, float)) else ""
+            if lib == "torch":
+                hint = " (convert it with tensor.numpy(), or .cpu().numpy() for a CUDA tensor)"
             raise InputError(
                 f"input {k} ({spec.name}) is a {type(x).__module__}.{type(x).__name__}; pass a numpy array "
-                f"or an array of the graph's backend ({be.name})")
-        shape = tuple(arr.shape)
+                f"or an array of the graph's backend ({be.name}){hint}")
+        shape = tuple(x.shape)
         if spec.shape is not None:
             exp = spec.shape
             if len(shape) != len(exp) or any(e is not None and e != s for e, s in zip(exp, shape)):
@@ -330,10 +336,18 @@ class Graph:
                     hint = (" (the model was exported with a static batch; export it with pnnx's "
                             "inputs2= to make the batch dynamic)")
                 raise InputError(f"input {k} ({spec.name}) has shape {shape}, the model expects {spec}{hint}")
-        if spec.dtype is not None and _dtype_name(arr.dtype) != spec.dtype:
-            raise InputError(f"input {k} ({spec.name}) has dtype {_dtype_name(arr.dtype)}, the model "
+        if spec.dtype is not None and _dtype_name(x.dtype) != spec.dtype:
+            raise InputError(f"input {k} ({spec.name}) has dtype {_dtype_name(x.dtype)}, the model "
                              f"expects {spec.dtype}")
-        return arr
+        if not is_numpy:
+            return x
+        if be.library == "numpy" and type(x).__name__ == "ndarray":
+            return x
+        try:  # numpy scalars and subclasses, or a host array for another backend
+            return be.asarray(x)
+        except Exception as exc:
+            raise InputError(f"input {k} ({spec.name}): cannot move a {_dtype_name(x.dtype)} numpy array "
+                             f"to backend {be.name}: {type(exc).__name__}: {exc}") from exc
 
     def forward(self, *inputs: Any, profile: bool = False, **named: Any) -> tuple[Any, ...]:
         """Run the graph. Inputs by position (in ``self.inputs`` order) or by name; each a numpy

@@ -32,7 +32,9 @@ class ConvBNAct(nn.Sequential):
             nn.BatchNorm2d(cout),
         ]
         if act is not None:
-            layers.append(act(inplace=True) if act in (nn.ReLU, nn.ReLU6, nn.SiLU, nn.Hardswish) else act())
+            layers.append(
+                act(inplace=True) if act in (nn.ReLU, nn.ReLU6, nn.SiLU, nn.Hardswish) else act()
+            )
         super().__init__(*layers)
 
 
@@ -184,7 +186,9 @@ class InvertedResidualV3(nn.Module):
         layers.append(ConvBNAct(exp, exp, k, stride, groups=exp, act=act_layer))
         if use_se:
             layers.append(
-                SqueezeExcitation(exp, _make_divisible(exp // 4, 8), scale_activation=nn.Hardsigmoid)
+                SqueezeExcitation(
+                    exp, _make_divisible(exp // 4, 8), scale_activation=nn.Hardsigmoid
+                )
             )
         layers.append(ConvBNAct(exp, cout, 1, act=None))
         self.block = nn.Sequential(*layers)
@@ -261,7 +265,9 @@ class ShuffleInvertedResidual(nn.Module):
             nn.Conv2d(inp if stride > 1 else branch_features, branch_features, 1, 1, 0, bias=False),
             nn.BatchNorm2d(branch_features),
             nn.ReLU(inplace=True),
-            nn.Conv2d(branch_features, branch_features, 3, stride, 1, groups=branch_features, bias=False),
+            nn.Conv2d(
+                branch_features, branch_features, 3, stride, 1, groups=branch_features, bias=False
+            ),
             nn.BatchNorm2d(branch_features),
             nn.Conv2d(branch_features, branch_features, 1, 1, 0, bias=False),
             nn.BatchNorm2d(branch_features),
@@ -278,7 +284,12 @@ class ShuffleInvertedResidual(nn.Module):
 
 
 class ShuffleNetV2(nn.Module):
-    def __init__(self, stages_repeats=(4, 8, 4), stages_out_channels=(24, 116, 232, 464, 1024), num_classes=1000):
+    def __init__(
+        self,
+        stages_repeats=(4, 8, 4),
+        stages_out_channels=(24, 116, 232, 464, 1024),
+        num_classes=1000,
+    ):
         super().__init__()
         input_channels = 3
         output_channels = stages_out_channels[0]
@@ -293,7 +304,10 @@ class ShuffleNetV2(nn.Module):
             ["stage2", "stage3", "stage4"], stages_repeats, stages_out_channels[1:]
         ):
             seq = [ShuffleInvertedResidual(input_channels, output_channels, 2)]
-            seq += [ShuffleInvertedResidual(output_channels, output_channels, 1) for _ in range(repeats - 1)]
+            seq += [
+                ShuffleInvertedResidual(output_channels, output_channels, 1)
+                for _ in range(repeats - 1)
+            ]
             setattr(self, name, nn.Sequential(*seq))
             input_channels = output_channels
         output_channels = stages_out_channels[-1]
@@ -329,7 +343,11 @@ class Fire(nn.Module):
     def forward(self, x):
         x = self.squeeze_activation(self.squeeze(x))
         return torch.cat(
-            [self.expand1x1_activation(self.expand1x1(x)), self.expand3x3_activation(self.expand3x3(x))], 1
+            [
+                self.expand1x1_activation(self.expand1x1(x)),
+                self.expand3x3_activation(self.expand3x3(x)),
+            ],
+            1,
         )
 
 
@@ -404,12 +422,16 @@ class EfficientNetB0(nn.Module):
         ]
         layers: list[nn.Module] = [ConvBNAct(3, 32, 3, 2, act=nn.SiLU)]
         for e, k, s, cin, cout, n in cfg:
-            stage = [MBConv(e, k, s if i == 0 else 1, cin if i == 0 else cout, cout) for i in range(n)]
+            stage = [
+                MBConv(e, k, s if i == 0 else 1, cin if i == 0 else cout, cout) for i in range(n)
+            ]
             layers.append(nn.Sequential(*stage))
         layers.append(ConvBNAct(320, 1280, 1, act=nn.SiLU))
         self.features = nn.Sequential(*layers)
         self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Sequential(nn.Dropout(p=0.2, inplace=True), nn.Linear(1280, num_classes))
+        self.classifier = nn.Sequential(
+            nn.Dropout(p=0.2, inplace=True), nn.Linear(1280, num_classes)
+        )
 
     def forward(self, x):
         x = self.avgpool(self.features(x))
@@ -421,8 +443,12 @@ _img224 = image_inputs(3, 224, 224)
 MODELS = {
     s.name: s
     for s in [
-        ModelSpec("resnet18", builder(ResNet18), _img224, description="ResNet-18 (torchvision layout)"),
-        ModelSpec("mobilenet_v2", builder(MobileNetV2), _img224, description="MobileNetV2 1.0, ReLU6"),
+        ModelSpec(
+            "resnet18", builder(ResNet18), _img224, description="ResNet-18 (torchvision layout)"
+        ),
+        ModelSpec(
+            "mobilenet_v2", builder(MobileNetV2), _img224, description="MobileNetV2 1.0, ReLU6"
+        ),
         ModelSpec(
             "mobilenet_v3_small",
             builder(MobileNetV3Small),

@@ -67,7 +67,9 @@ class C2f(nn.Module):
         self.c = int(c2 * e)
         self.cv1 = Conv(c1, 2 * self.c, 1, 1)
         self.cv2 = Conv((2 + n) * self.c, c2, 1)
-        self.m = nn.ModuleList(Bottleneck(self.c, self.c, shortcut, k=(3, 3), e=1.0) for _ in range(n))
+        self.m = nn.ModuleList(
+            Bottleneck(self.c, self.c, shortcut, k=(3, 3), e=1.0) for _ in range(n)
+        )
 
     def forward(self, x):
         y = list(self.cv1(x).chunk(2, 1))
@@ -109,7 +111,11 @@ class DetectV5(nn.Module):
         a = torch.tensor(anchors, dtype=torch.float32).view(self.nl, -1, 2)
         for i, s in enumerate(strides):
             ny = nx = img_size // s
-            yv, xv = torch.meshgrid(torch.arange(ny, dtype=torch.float32), torch.arange(nx, dtype=torch.float32), indexing="ij")
+            yv, xv = torch.meshgrid(
+                torch.arange(ny, dtype=torch.float32),
+                torch.arange(nx, dtype=torch.float32),
+                indexing="ij",
+            )
             grid = torch.stack((xv, yv), 2).expand(1, self.na, ny, nx, 2) - 0.5
             anchor_grid = a[i].view(1, self.na, 1, 1, 2).expand(1, self.na, ny, nx, 2)
             self.register_buffer(f"grid{i}", grid.contiguous().clone())
@@ -202,7 +208,8 @@ class DetectV8(nn.Module):
         self.no = nc + self.reg_max * 4
         c2, c3 = max((16, ch[0] // 4, self.reg_max * 4)), max(ch[0], min(self.nc, 100))
         self.cv2 = nn.ModuleList(
-            nn.Sequential(Conv(x, c2, 3), Conv(c2, c2, 3), nn.Conv2d(c2, 4 * self.reg_max, 1)) for x in ch
+            nn.Sequential(Conv(x, c2, 3), Conv(c2, c2, 3), nn.Conv2d(c2, 4 * self.reg_max, 1))
+            for x in ch
         )
         self.cv3 = nn.ModuleList(
             nn.Sequential(Conv(x, c3, 3), Conv(c3, c3, 3), nn.Conv2d(c3, self.nc, 1)) for x in ch
@@ -216,8 +223,12 @@ class DetectV8(nn.Module):
             sy, sx = torch.meshgrid(sy, sx, indexing="ij")
             anchor_points.append(torch.stack((sx, sy), -1).view(-1, 2))
             stride_tensor.append(torch.full((h * w, 1), float(s)))
-        self.register_buffer("anchors", torch.cat(anchor_points).transpose(0, 1).unsqueeze(0).contiguous())
-        self.register_buffer("strides", torch.cat(stride_tensor).transpose(0, 1).unsqueeze(0).contiguous())
+        self.register_buffer(
+            "anchors", torch.cat(anchor_points).transpose(0, 1).unsqueeze(0).contiguous()
+        )
+        self.register_buffer(
+            "strides", torch.cat(stride_tensor).transpose(0, 1).unsqueeze(0).contiguous()
+        )
 
     def forward(self, x):
         x = [torch.cat((self.cv2[i](x[i]), self.cv3[i](x[i])), 1) for i in range(self.nl)]
@@ -309,7 +320,9 @@ class Up(nn.Module):
         if self.mode == "transpose":
             x1 = self.up(x1)
         else:
-            x1 = F.interpolate(x1, scale_factor=2.0, mode="bilinear", align_corners=self.mode == "bilinear_ac")
+            x1 = F.interpolate(
+                x1, scale_factor=2.0, mode="bilinear", align_corners=self.mode == "bilinear_ac"
+            )
         return self.conv(torch.cat([x2, x1], dim=1))
 
 

@@ -18,7 +18,11 @@ from . import INPUT_SEED, ModelSpec, builder, image_inputs
 class MLPBlock(nn.Sequential):
     def __init__(self, dim, mlp_dim, dropout=0.0):
         super().__init__(
-            nn.Linear(dim, mlp_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp_dim, dim), nn.Dropout(dropout)
+            nn.Linear(dim, mlp_dim),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(mlp_dim, dim),
+            nn.Dropout(dropout),
         )
 
 
@@ -46,7 +50,9 @@ class Encoder(nn.Module):
         super().__init__()
         self.pos_embedding = nn.Parameter(torch.empty(1, seq_length, hidden_dim).normal_(std=0.02))
         self.dropout = nn.Dropout(0.0)
-        self.layers = nn.Sequential(*[EncoderBlock(num_heads, hidden_dim, mlp_dim) for _ in range(num_layers)])
+        self.layers = nn.Sequential(
+            *[EncoderBlock(num_heads, hidden_dim, mlp_dim) for _ in range(num_layers)]
+        )
         self.ln = nn.LayerNorm(hidden_dim, eps=1e-6)
 
     def forward(self, input):
@@ -57,8 +63,16 @@ class Encoder(nn.Module):
 class VisionTransformer(nn.Module):
     """torchvision's VisionTransformer (conv_proj patchify, class token, encoder, heads.head)."""
 
-    def __init__(self, image_size=224, patch_size=32, num_layers=12, num_heads=12, hidden_dim=768,
-                 mlp_dim=3072, num_classes=1000):
+    def __init__(
+        self,
+        image_size=224,
+        patch_size=32,
+        num_layers=12,
+        num_heads=12,
+        hidden_dim=768,
+        mlp_dim=3072,
+        num_classes=1000,
+    ):
         super().__init__()
         self.image_size = image_size
         self.patch_size = patch_size
@@ -152,7 +166,9 @@ class ViTTiny(nn.Module):
     """timm vit_tiny_patch16_224: width 192, depth 12, 3 heads; cls_token and pos_embed are
     nn.Parameter (exported by pnnx as pnnx.Attribute)."""
 
-    def __init__(self, img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3, num_classes=1000):
+    def __init__(
+        self, img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3, num_classes=1000
+    ):
         super().__init__()
         self.patch_embed = PatchEmbed(patch_size, 3, embed_dim)
         num_patches = (img_size // patch_size) ** 2

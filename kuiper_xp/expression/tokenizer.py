@@ -1,0 +1,148 @@
+"""Tokenizer of the pnnx.Expression language (seed 000, section 2: "词法解析").
+
+Positions follow the seed's code: ``start`` is the 0-based offset of the token's first character
+in the original string and ``end`` is one past its last character (a half-open ``[start, end)``
+span), so ``add(@0,mul(@1,@2))`` gives ``add`` 0..3, ``(`` 3..4, ``@0`` 4..6, ``,`` 6..7.
+(The seed's prose says ``@0`` ends at 5, but its ``Token(TokenInputNumber, i, j)`` with ``j`` one
+past the last digit gives 6; the code is what we follow.) Unlike the seed, whitespace is skipped
+rather than deleted first, so positions always index the string as written in the model file.
+
+Token kinds: ``NAME`` (a function name such as ``add`` or ``torch.float``), ``INPUT`` (``@3``),
+``INT``, ``FLOAT`` (``2.0``, ``1e-05``, ``5.000000e+00``, ``inf``, ``nan``; ints and floats may carry
+a leading ``-``), ``BOOL`` (``True``/``False``), ``NONE``, and the punctuation ``LPAREN`` ``RPAREN``
+``LBRACKET`` ``RBRACKET`` ``COMMA``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from kuiper_xp.errors import ExpressionError
+
+__all__ = ["Token", "TokenKind", "tokenize", "token_value"]
+
+
+class TokenKind(enum.Enum):
+    NAME = "name"
+    INPUT = "input"
+    INT = "int"
+    FLOAT = "float"
+    BOOL = "bool"
+    NONE = "none"
+    LPAREN = "("
+    RPAREN = ")"
+    LBRACKET = "["
+    RBRACKET = "]"
+    COMMA = ","
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token: its kind, its text, and its half-open span ``[start, end)`` in the expression."""
+
+    kind: TokenKind
+    text: str
+    start: int
+    end: int
+
+    def __repr__(self) -> str:
+        return f"Token({self.kind.name}, {self.text!r}, {self.start}, {self.end})"
+
+
+_PUNCT = {
+    "(": TokenKind.LPAREN,
+    ")": TokenKind.RPAREN,
+    "[": TokenKind.LBRACKET,
+    "]": TokenKind.RBRACKET,
+    ",": TokenKind.COMMA,
+}
+# one regex per token class, tried at the current position (no backtracking across tokens)
+_NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_SPECIAL_FLOAT = re.compile(r"-?(?:inf|nan)(?![A-Za-z0-9_.])")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_INPUT = re.compile(r"@[0-9]+")
+_WORDS = {"True": TokenKind.BOOL, "False": TokenKind.BOOL, "None": TokenKind.NONE}
+
+
+def _max_chars() -> int:
+    from kuiper_xp.limits import get_limits
+
+    return get_limits().max_expression_chars
+
+
+def tokenize(expr: str) -> list[Token]:
+    """Split ``expr`` into tokens; :class:`ExpressionError` (with a caret) on a character or
+    word that cannot start a token, or on an empty expression."""
+    if not isinstance(expr, str):
+        raise ExpressionError(f"an expression must be a string, got {type(expr).__name__}")
+    limit = _max_chars()
+    if len(expr) > limit:
+        raise ExpressionError(
+            f"expression of {len(expr)} characters exceeds the limit of {limit} "
+            "(kuiper_xp.limits max_expression_chars)", expr[:200] + "...", None)
+    tokens: list[Token] = []
+    append = tokens.append
+    i, n = 0, len(expr)
+    while i < n:
+        c = expr[i]
+        if c.isspace():
+            i += 1
+            continue
+        kind = _PUNCT.get(c)
+        if kind is not None:
+            append(Token(kind, c, i, i + 1))
+            i += 1
+            continue
+        if c == "@":
+            m = _INPUT.match(expr, i)
+            if m is None:
+                raise ExpressionError("'@' must be followed by an input number, as in '@0'", expr, i)
+            append(Token(TokenKind.INPUT, m.group(), i, m.end()))
+            i = m.end()
+            continue
+        if c.isdigit() or c in "-.":
+            m = _SPECIAL_FLOAT.match(expr, i)
+            if m is not None:
+                append(Token(TokenKind.FLOAT, m.group(), i, m.end()))
+                i = m.end()
+                continue
+            m = _NUMBER.match(expr, i)
+            if m is None or m.group() in ("-", "-.", "."):
+                raise ExpressionError(f"malformed number starting with {c!r}", expr, i)
+            text = m.group()
+            end = m.end()
+            if end < n and (expr[end].isalnum() or expr[end] in "_.@"):
+                raise ExpressionError(f"malformed number {expr[i:end + 1]!r}", expr, end)
+            is_float = any(ch in text for ch in ".eE")
+            append(Token(TokenKind.FLOAT if is_float else TokenKind.INT, text, i, end))
+            i = end
+            continue
+        if c.isalpha() or c == "_":
+            m = _NAME.match(expr, i)
+            assert m is not None
+            text = m.group()
+            if text in ("inf", "nan"):
+                append(Token(TokenKind.FLOAT, text, i, m.end()))
+            else:
+                append(Token(_WORDS.get(text, TokenKind.NAME), text, i, m.end()))
+            i = m.end()
+            continue
+        raise ExpressionError(f"unexpected character {c!r}", expr, i)
+    if not tokens:
+        raise ExpressionError("empty expression", expr, 0)
+    return tokens
+
+
+def token_value(tok: Token) -> int | float | bool | None:
+    """The Python value of a literal token (INT, FLOAT, BOOL, NONE)."""
+    if tok.kind is TokenKind.INT:
+        return int(tok.text)
+    if tok.kind is TokenKind.FLOAT:
+        return float(tok.text)
+    if tok.kind is TokenKind.BOOL:
+        return tok.text == "True"
+    if tok.kind is TokenKind.NONE:
+        return None
+    raise ValueError(f"{tok!r} is not a literal")

@@ -1,0 +1,81 @@
+"""Smoke test of the side-by-side benchmark harness (benchmarks/run.py): it runs on a small zoo
+model with one timed run and writes JSON and Markdown. No timing assertions: only that every
+engine either has a time and an accuracy figure or a one-line error, and that the files agree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+RUN = REPO / "benchmarks" / "run.py"
+
+pytest.importorskip("torch")
+pytest.importorskip("pnnx")
+
+
+def _run(tmp_path: Path, *extra: str) -> tuple[dict, str, str]:
+    out = tmp_path / "results"
+    env = dict(os.environ, KUIPER_XP_BENCH_CACHE=str(tmp_path / "bench-cache"))
+    cmd = [sys.executable, str(RUN), "--models", "relu_sigmoid_chain", "--runs", "1", "--warmup", "0",
+           "--threads", "1", "--engines", "kuiper,torch,onnxruntime,ncnn", "--backends", "numpy",
+           "--out", str(out), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, f"run.py failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    latest = json.loads((out / "latest.json").read_text())
+    stamped = [p for p in out.glob("*.json") if p.name != "latest.json"]
+    assert len(stamped) == 1, f"expected one timestamped JSON, found {[p.name for p in stamped]}"
+    assert json.loads(stamped[0].read_text()) == latest
+    md = (out / "latest.md").read_text()
+    assert (out / stamped[0].with_suffix(".md").name).read_text() == md
+    return latest, md, proc.stdout
+
+
+def _check_entries(cell: dict) -> dict:
+    by = {e["label"]: e for e in cell["entries"]}
+    assert set(by) == {"kuiper[numpy]", "torch", "onnxruntime", "ncnn"}, sorted(by)
+    for label, e in by.items():
+        if e.get("error"):
+            assert isinstance(e["error"], str) and "\n" not in e["error"], (label, e["error"])
+            continue
+        assert e["runs"] == 1, (label, e)
+        assert e["median_ms"] > 0 and e["min_ms"] > 0 and e["iqr_ms"] >= 0, (label, e)
+        assert e["load_s"] > 0, (label, e)
+        assert e["rel_err"] is not None and e["rel_err"] < 1e-4, (label, e.get("rel_err"), e.get("check"))
+    assert not by["torch"].get("error"), by["torch"]
+    assert by["torch"]["rel_err"] == 0.0
+    return by
+
+
+def test_harness_writes_json_and_markdown(tmp_path):
+    result, md, stdout = _run(tmp_path, "--batches", "1,2", "--no-memory")
+    assert result["meta"]["threads"] == 1
+    assert result["meta"]["omp_wait_policy"]
+    cells = result["cells"]
+    assert [(c["model"], c["batch"]) for c in cells] == [("relu_sigmoid_chain", 1), ("relu_sigmoid_chain", 2)]
+    for cell in cells:
+        by = _check_entries(cell)
+        assert cell["input_shapes"][0][0] == cell["batch"]
+        if not by["kuiper[numpy]"].get("error"):
+            assert "kuiper[numpy]/torch" in cell["ratios"]
+    assert "## relu_sigmoid_chain, batch 1" in md and "## relu_sigmoid_chain, batch 2" in md
+    assert "| engine | median ms |" in md and "## Summary: median ms" in md
+    assert "## relu_sigmoid_chain, batch 1" in stdout
+
+
+def test_memory_mode_and_bad_names_do_not_crash(tmp_path):
+    """--memory spawns one child process per (engine, model, batch); an unknown model becomes
+    an error entry, not a crash."""
+    result, md, _ = _run(tmp_path, "--batches", "1", "--memory", "--models", "relu_sigmoid_chain,no_such_model")
+    cells = {c["model"]: c for c in result["cells"]}
+    assert cells["no_such_model"]["entries"][0]["error"]
+    by = _check_entries(cells["relu_sigmoid_chain"])
+    for label, e in by.items():
+        if not e.get("error"):
+            assert e["peak_rss_mib"] > 10 and "memory_error" not in e, (label, e)
+    assert "peak RSS" in md

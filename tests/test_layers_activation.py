@@ -1,0 +1,313 @@
+"""Activation layers against torch: every layer over its parameters on every backend leg, with
+NaN/Inf inputs, dtype rules, bad parameters, and whole pnnx exports run through kuiper_xp.load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from conftest import assert_close
+from helpers import export_torch, run_graph, torch_outputs
+
+import kuiper_xp
+from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.layers import BuildContext, create_layer
+from kuiper_xp.pnnx.param import parse_param_text
+
+
+# inf * 0 and inf / inf are part of the NaN/Inf checks: numpy warns, torch gives the same NaN
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def make_layer(backend, op_type, params="", n_in=1, n_out=1, names=(), annotations=""):
+    """A layer for one operator written as a .param line (no weights)."""
+    ins = " ".join(f"i{k}" for k in range(n_in))
+    outs = " ".join(f"o{k}" for k in range(n_out))
+    keys = " ".join(f"${n}=i{k}" for k, n in enumerate(names) if n)
+    inputs = "".join(f"pnnx.Input in{k} 0 1 i{k}\n" for k in range(n_in))
+    text = (f"7767517\n{n_in + 1} {n_in + n_out}\n{inputs}"
+            f"{op_type} op {n_in} {n_out} {ins} {outs} {params} {keys} {annotations}\n")
+    op = parse_param_text(text, path="unit.param").operators[-1]
+    return create_layer(op, BuildContext(backend))
+
+
+def run(backend, layer, *host):
+    args = [backend.asarray(h) if isinstance(h, np.ndarray) else h for h in host]
+    return layer(*args)
+
+
+def special_input(shape=(2, 3, 4, 5), dtype=np.float32, seed=0):
+    """Random values with NaN, +-Inf, +-0, +-3 (kinks), +-25 and +-100 (overflow checks) mixed in."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    flat = x.reshape(-1)
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 3.0, -3.0, 25.0, -25.0, 100.0, -100.0, 0.5, -0.5]
+    flat[: len(specials)] = specials
+    return x
+
+
+def check(actual, expected, rtol=2e-6, atol=2e-6, what="output"):
+    """assert_close (shape, dtype, NaN and Inf positions), then the finite values against a bound
+    from the finite expected values only (an Inf in ``expected`` must not widen the bound)."""
+    assert_close(actual, expected, rtol=rtol, atol=atol, what=what)
+    a, e = kuiper_xp.to_numpy(actual), np.asarray(expected)
+    if e.dtype.kind == "f":
+        fin = np.isfinite(e)
+        if fin.any():
+            bound = rtol * float(np.abs(e[fin]).max()) + atol
+            err = float(np.abs(a[fin].astype(np.float64) - e[fin]).max())
+            assert err <= bound, f"{what}: max |difference| {err:.3g} > {bound:.3g} on finite values"
+
+
+def torch_ref(fn, *host):
+    with torch.no_grad():
+        out = fn(*[torch.from_numpy(np.ascontiguousarray(h)) for h in host])
+    return out.numpy()
+
+
+# -- elementwise grid ----------------------------------------------------------------------------
+# (pnnx type, parameter text, torch function)
+ELEMENTWISE = [
+    ("nn.ReLU", "", F.relu),
+    ("F.relu", "", F.relu),
+    ("nn.ReLU6", "", F.relu6),
+    ("F.relu6", "", F.relu6),
+    ("nn.Hardtanh", "min_val=-2.0 max_val=3.0", lambda x: F.hardtanh(x, -2.0, 3.0)),
+    ("F.hardtanh", "max_val=1.0 min_val=-1.0", F.hardtanh),
+    ("torch.clamp", "max=None min=-0.5", lambda x: torch.clamp(x, min=-0.5)),
+    ("torch.clamp", "max=0.5 min=None", lambda x: torch.clamp(x, max=0.5)),
+    ("torch.clamp", "max=0.2 min=-0.1", lambda x: torch.clamp(x, -0.1, 0.2)),
+    ("torch.clamp", "max=-1.0 min=1.0", lambda x: torch.clamp(x, 1.0, -1.0)),  # min > max
+    ("torch.clamp", "max=1 min=-1", lambda x: torch.clip(x, -1, 1)),
+    ("nn.LeakyReLU", "negative_slope=0.2", lambda x: F.leaky_relu(x, 0.2)),
+    ("F.leaky_relu", "", F.leaky_relu),
+    ("F.leaky_relu", "negative_slope=-1.5", lambda x: F.leaky_relu(x, -1.5)),
+    ("nn.RReLU", "lower=0.125 upper=0.333333343", nn.RReLU().eval()),
+    ("nn.ELU", "alpha=0.7", lambda x: F.elu(x, 0.7)),
+    ("F.elu", "alpha=1.0", F.elu),
+    ("nn.CELU", "alpha=0.5", lambda x: F.celu(x, 0.5)),
+    ("nn.SELU", "", F.selu),
+    ("F.selu", "", F.selu),
+    ("nn.SiLU", "", F.silu),
+    ("F.silu", "", F.silu),
+    ("nn.Hardswish", "", F.hardswish),
+    ("F.hardswish", "", F.hardswish),
+    ("nn.Hardsigmoid", "", F.hardsigmoid),
+    ("F.hardsigmoid", "", F.hardsigmoid),
+    ("nn.Sigmoid", "", torch.sigmoid),
+    ("F.sigmoid", "", torch.sigmoid),
+    ("nn.Tanh", "", torch.tanh),
+    ("F.tanh", "", torch.tanh),
+    ("nn.GELU", "", F.gelu),
+    ("F.gelu", "approximate=tanh", lambda x: F.gelu(x, approximate="tanh")),
+    ("nn.Mish", "", F.mish),
+    ("F.mish", "", F.mish),
+    ("nn.Softplus", "beta=2.0 threshold=10.0", lambda x: F.softplus(x, 2.0, 10.0)),
+    ("F.softplus", "beta=1 threshold=20", F.softplus),
+    ("F.softplus", "beta=0.5 threshold=1.0", lambda x: F.softplus(x, 0.5, 1.0)),
+    ("nn.Threshold", "threshold=0.1 value=20.0", lambda x: F.threshold(x, 0.1, 20.0)),
+    ("nn.Hardshrink", "lambd=0.2", lambda x: F.hardshrink(x, 0.2)),
+    ("nn.Softshrink", "lambd=0.3", lambda x: F.softshrink(x, 0.3)),
+    ("nn.Tanhshrink", "", F.tanhshrink),
+    ("nn.LogSigmoid", "", F.logsigmoid),
+    ("nn.Softsign", "", F.softsign),
+]
+
+
+@pytest.mark.parametrize("op_type,params,fn", ELEMENTWISE,
+                         ids=[f"{t}[{p}]" if p else t for t, p, _ in ELEMENTWISE])
+def test_elementwise_matches_torch(backend, op_type, params, fn):
+    x = special_input()
+    layer = make_layer(backend, op_type, params)
+    expected = torch_ref(fn, x)
+    check(run(backend, layer, x), expected, rtol=2e-6, atol=2e-6, what=f"{op_type} {params}")
+
+
+@pytest.mark.parametrize("op_type,params,fn", [
+    ("nn.GELU", "", F.gelu), ("nn.SiLU", "", F.silu), ("nn.Mish", "", F.mish),
+    ("nn.ELU", "alpha=0.7", lambda x: F.elu(x, 0.7)), ("F.softplus", "beta=2.0 threshold=20.0",
+                                                       lambda x: F.softplus(x, 2.0, 20.0)),
+    ("nn.Hardswish", "", F.hardswish), ("nn.Sigmoid", "", torch.sigmoid), ("nn.LogSigmoid", "", F.logsigmoid),
+])
+def test_float64_stays_float64(backend, op_type, params, fn):
+    x = special_input(shape=(3, 7), dtype=np.float64, seed=1)
+    layer = make_layer(backend, op_type, params)
+    check(run(backend, layer, x), torch_ref(fn, x), rtol=1e-12, atol=1e-13, what=op_type)
+
+
+def test_activations_on_a_noncontiguous_input(backend):
+    """A permuted view (non-contiguous on numpy) goes through unchanged semantics."""
+    x = special_input(seed=2)
+    xt = np.transpose(x, (0, 2, 3, 1))
+    xp = backend.xp
+    arr = xp.permute_dims(backend.asarray(x), (0, 2, 3, 1))
+    for op_type, fn in (("nn.Hardswish", F.hardswish), ("nn.GELU", F.gelu), ("nn.ReLU6", F.relu6)):
+        check(make_layer(backend, op_type)(arr), torch_ref(fn, xt), rtol=2e-6, atol=2e-6, what=op_type)
+
+
+def test_integer_inputs_keep_torch_dtypes(backend):
+    x = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
+    cases = [
+        ("nn.ReLU", "", F.relu),
+        ("torch.clamp", "max=3 min=-2", lambda t: torch.clamp(t, -2, 3)),
+        ("torch.clamp", "max=None min=0", lambda t: torch.clamp(t, min=0)),
+        ("nn.ReLU6", "", lambda t: torch.clamp(t, 0, 6)),  # F.relu6 on ints: hardtanh, same values
+        ("torch.clamp", "max=2.5 min=None", lambda t: torch.clamp(t, max=2.5)),  # promotes to float32
+        ("nn.Tanh", "", torch.tanh),  # int -> float32
+        ("nn.Sigmoid", "", torch.sigmoid),
+    ]
+    for op_type, params, fn in cases:
+        layer = make_layer(backend, op_type, params)
+        check(run(backend, layer, x), torch_ref(fn, x), rtol=1e-6, what=f"{op_type} {params} int32")
+
+
+def test_clamp_with_tensor_bounds(backend):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    lo = rng.standard_normal((3, 1)).astype(np.float32) - 0.5
+    hi = lo + 1.0
+    layer = make_layer(backend, "torch.clamp", "", n_in=3, names=("input", "min", "max"))
+    expected = torch_ref(lambda a, b, c: torch.clamp(a, b, c), x, lo, hi)
+    check(run(backend, layer, x, lo, hi), expected, what="clamp(x, tensor, tensor)")
+    layer = make_layer(backend, "torch.clamp", "max=None", n_in=2, names=("input", "min"))
+    expected = torch_ref(lambda a, b: torch.clamp(a, min=b), x, lo)
+    check(run(backend, layer, x, lo), expected, what="clamp(x, min=tensor)")
+
+
+def test_prelu_with_weight_input(backend):
+    rng = np.random.default_rng(4)
+    x = special_input(shape=(2, 3, 5), seed=4)
+    for w in (np.array([0.25, -0.1, 2.0], np.float32), np.array([0.3], np.float32)):
+        layer = make_layer(backend, "F.prelu", "", n_in=2, names=("input", "weight"))
+        check(run(backend, layer, x, w), torch_ref(F.prelu, x, w), what=f"prelu {w.size} slopes")
+    layer = make_layer(backend, "F.prelu", "", n_in=2, names=("input", "weight"))
+    with pytest.raises(ShapeError, match="slopes"):
+        run(backend, layer, x, rng.standard_normal(4).astype(np.float32))
+
+
+# -- softmax family --------------------------------------------------------------------------------
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -3])
+@pytest.mark.parametrize("op_type,fn", [
+    ("nn.Softmax", F.softmax), ("F.softmax", F.softmax), ("nn.LogSoftmax", F.log_softmax),
+    ("F.log_softmax", F.log_softmax), ("nn.Softmin", F.softmin),
+])
+def test_softmax_family(backend, op_type, fn, dim):
+    x = (np.random.default_rng(5).standard_normal((3, 4, 5)) * 20).astype(np.float32)  # needs max-shift
+    layer = make_layer(backend, op_type, f"dim={dim}")
+    check(run(backend, layer, x), torch_ref(lambda t: fn(t, dim=dim), x), rtol=1e-5, atol=1e-6,
+                 what=f"{op_type} dim={dim}")
+
+
+def test_softmax_special_values_and_huge_logits(backend):
+    x = np.array([[np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 1.0, 0.0],
+                  [np.nan, 1.0, 2.0], [1000.0, 1001.0, -1000.0], [-1e4, -1e4 + 1, -1e4 + 2]], np.float32)
+    for op_type, fn in (("F.softmax", F.softmax), ("F.log_softmax", F.log_softmax)):
+        layer = make_layer(backend, op_type, "dim=1")
+        check(run(backend, layer, x), torch_ref(lambda t, fn=fn: fn(t, dim=1), x), rtol=1e-6, atol=1e-6,
+                     what=op_type)
+
+
+def test_softmax2d_and_implicit_dim(backend):
+    x = np.random.default_rng(6).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    layer = make_layer(backend, "nn.Softmax2d")
+    check(run(backend, layer, x), torch_ref(lambda t: F.softmax(t, dim=-3), x), what="Softmax2d")
+    # dim=None: torch's legacy choice (dim 1 for a 4-d input)
+    layer = make_layer(backend, "nn.Softmax", "dim=None", annotations="#i0=(2,3,4,5)f32")
+    check(run(backend, layer, x), torch_ref(lambda t: F.softmax(t, dim=1), x), what="Softmax dim=None")
+
+
+def test_softmax_dtype_from_output_annotation(backend):
+    """F.softmax(x, dim, dtype=torch.float64): pnnx drops dtype=, the output annotation keeps it."""
+    x = np.random.default_rng(7).standard_normal((2, 5)).astype(np.float32)
+    layer = make_layer(backend, "F.softmax", "dim=1", annotations="#i0=(2,5)f32 #o0=(2,5)f64")
+    expected = torch_ref(lambda t: F.softmax(t, 1, dtype=torch.float64), x)
+    check(run(backend, layer, x), expected, rtol=1e-12, what="softmax dtype=float64")
+
+
+def test_glu(backend):
+    x = special_input(shape=(2, 4, 6), seed=8)
+    for dim in (1, -1, 2):
+        layer = make_layer(backend, "nn.GLU", f"dim={dim}")
+        check(run(backend, layer, x), torch_ref(lambda t, dim=dim: F.glu(t, dim), x), rtol=2e-6, atol=2e-6,
+                     what=f"GLU dim={dim}")
+    layer = make_layer(backend, "nn.GLU", "dim=0")
+    with pytest.raises(ShapeError, match="even"):
+        run(backend, layer, np.ones((3, 2), np.float32))
+
+
+# -- bad parameters --------------------------------------------------------------------------------
+@pytest.mark.parametrize("op_type,params,key,value", [
+    ("nn.LeakyReLU", "negative_slope=abc", "negative_slope", "abc"),
+    ("nn.ELU", "alpha=True", "alpha", "True"),
+    ("nn.Softplus", "beta=(1,2)", "beta", "[1, 2]"),
+    ("nn.Softmax", "dim=1.5", "dim", "1.5"),
+    ("F.gelu", "approximate=fast", "approximate", "fast"),
+    ("torch.clamp", "min=low", "min", "low"),
+    ("nn.Hardtanh", "min_val=(1)", "min_val", "[1]"),
+])
+def test_bad_parameters_name_op_key_and_value(backend, op_type, params, key, value):
+    with pytest.raises(LayerParameterError) as info:
+        make_layer(backend, op_type, params)
+    msg = str(info.value)
+    assert op_type in msg and "'op'" in msg and "unit.param" in msg, msg
+    assert key in msg and value in msg, msg
+
+
+def test_softmax_dim_out_of_range(backend):
+    layer = make_layer(backend, "F.softmax", "dim=3")
+    with pytest.raises(ShapeError, match="dim 3"):
+        run(backend, layer, np.ones((2, 3), np.float32))
+
+
+# -- whole exports ---------------------------------------------------------------------------------
+class ActivationZoo(nn.Module):
+    """Many activation spellings in one module (one export)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mods = nn.ModuleList([
+            nn.ReLU(), nn.ReLU6(), nn.LeakyReLU(0.2), nn.ELU(0.7), nn.SiLU(), nn.Hardswish(), nn.Hardsigmoid(),
+            nn.Tanh(), nn.GELU(), nn.GELU(approximate="tanh"), nn.Mish(), nn.Softplus(2.0, 10.0), nn.PReLU(3),
+            nn.Hardtanh(-2.0, 3.0), nn.Softmax(dim=1), nn.LogSoftmax(dim=-1), nn.Sigmoid(), nn.SELU(),
+            nn.CELU(0.5), nn.Softsign(), nn.LogSigmoid(), nn.Threshold(0.1, 20.0), nn.Softmin(2),
+        ])
+        with torch.no_grad():
+            self.mods[12].weight.copy_(torch.tensor([0.25, -0.5, 1.5]))
+
+    def forward(self, x):
+        outs = [m(x) for m in self.mods]
+        outs += [F.relu6(x), F.leaky_relu(x, 0.3), F.elu(x, 1.5), F.silu(x), F.hardswish(x), F.hardsigmoid(x),
+                 torch.tanh(x), F.gelu(x), F.gelu(x, approximate="tanh"), F.mish(x), F.softplus(x),
+                 F.hardtanh(x, -1.0, 1.0), torch.clamp(x, min=-0.5), torch.clamp(x, max=0.5), torch.clip(x, -1, 1),
+                 F.softmax(x, dim=2), torch.softmax(x, -1), F.log_softmax(x, 1), torch.sigmoid(x), torch.relu(x),
+                 x * torch.sigmoid(x), x.clamp(min=0)]
+        return tuple(outs)
+
+
+@pytest.fixture(scope="session")
+def activation_export(tmp_path_factory):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5)
+    return export_torch(ActivationZoo(), (x,), tmp_path_factory.mktemp("act"))
+
+
+def test_exported_activations_match_torch(model_backend, activation_export):
+    x = torch.from_numpy(special_input(seed=9))
+    module = ActivationZoo()
+    expected = torch_outputs(module, (x,))
+    got = run_graph(activation_export, model_backend, (x,))
+    assert len(got) == len(expected)
+    for k, (a, e) in enumerate(zip(got, expected)):
+        check(a, e, rtol=2e-6, atol=2e-6, what=f"output {k}")
+
+
+def test_export_uses_the_expected_types(activation_export):
+    text = activation_export.read_text()
+    for t in ("nn.ReLU6", "F.relu6", "nn.LeakyReLU", "F.leaky_relu", "nn.ELU", "F.elu", "nn.SiLU", "F.silu",
+              "nn.Hardswish", "nn.Hardsigmoid", "F.tanh", "nn.GELU", "F.gelu", "nn.Mish", "F.mish", "nn.Softplus",
+              "nn.PReLU", "nn.Hardtanh", "F.hardtanh", "torch.clamp", "nn.Softmax", "F.softmax", "nn.LogSoftmax",
+              "F.log_softmax", "nn.SELU", "nn.CELU", "nn.Softsign", "nn.LogSigmoid", "nn.Threshold", "nn.Softmin"):
+        assert f"\n{t} " in text, f"the export has no {t}"

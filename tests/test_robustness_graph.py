@@ -1,0 +1,233 @@
+"""Graph faults: malformed model structure gives a clear KuiperXPError naming file:line or the
+operator; long chains need no recursion."""
+
+from __future__ import annotations
+
+import random
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kuiper_xp
+from kuiper_xp.errors import (
+    BinFormatError,
+    GraphError,
+    KuiperXPError,
+    ParamFormatError,
+    UnsupportedOperatorError,
+)
+from kuiper_xp.runtime.topo import topological_order
+
+
+def write_model(tmp_path: Path, lines: list[str], n_operands: int | None = None,
+                weights: dict[str, np.ndarray] | None = None, name: str = "m") -> Path:
+    """A param file from operator lines (header counted unless ``n_operands`` given), and a
+    stored-zip .bin when ``weights`` is given."""
+    if n_operands is None:
+        n_operands = sum(int(ln.split()[3]) for ln in lines)
+    param = tmp_path / f"{name}.pnnx.param"
+    param.write_text(f"7767517\n{len(lines)} {n_operands}\n" + "\n".join(lines) + "\n")
+    if weights is not None:
+        with zipfile.ZipFile(tmp_path / f"{name}.pnnx.bin", "w") as z:
+            for k, v in weights.items():
+                z.writestr(k, np.ascontiguousarray(v).astype(v.dtype.newbyteorder("<")).tobytes())
+    return param
+
+
+def load(param: Path):
+    return kuiper_xp.load(param, backend="numpy")
+
+
+# -- topological order ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edges,cycle", [
+    ({"a": ["a"]}, "a -> a"),
+    ({"a": ["b"], "b": ["a"]}, "a -> b -> a"),
+    ({"x": [], "y": ["z"], "z": ["w"], "w": ["y"]}, "y -> z -> w -> y"),
+    ({"s": ["t", "u"], "t": [], "u": ["v"], "v": ["u"]}, "u -> v -> u"),
+])
+def test_cycles_are_graph_errors_naming_the_cycle(edges, cycle):
+    with pytest.raises(GraphError, match=f"cycle: {cycle}"):
+        topological_order(list(edges), lambda n: edges[n])
+
+
+def test_cycle_at_the_end_of_a_10000_node_chain():
+    n = 10_000
+    succ = {i: [i + 1] for i in range(n - 1)}
+    succ[n - 1] = [n - 3]
+    with pytest.raises(GraphError, match=f"cycle: {n - 3} -> {n - 2} -> {n - 1} -> {n - 3}"):
+        topological_order(list(range(n)), lambda i: succ[i], name=str)
+
+
+def test_10000_node_chain_in_shuffled_order():
+    n = 10_000
+    nodes = list(range(n))
+    random.Random(0).shuffle(nodes)
+    order = topological_order(nodes, lambda i: [i + 1] if i + 1 < n else [])
+    assert order == list(range(n))
+
+
+def test_relu_chain_of_10000_ops_loads_and_runs(tmp_path):
+    n = 10_000
+    lines = ["pnnx.Input in 0 1 0 #0=(2,3)f32"]
+    lines += [f"nn.ReLU relu.{k} 1 1 {k} {k + 1} #{k + 1}=(2,3)f32" for k in range(n)]
+    lines += [f"pnnx.Output out 1 0 {n}"]
+    g = load(write_model(tmp_path, lines))
+    assert len(g.execution_order) == n
+    x = np.array([[-1, 0, 2], [np.inf, -np.inf, np.nan]], np.float32)
+    (y,) = g(x)
+    y = kuiper_xp.to_numpy(y)
+    np.testing.assert_array_equal(y, np.array([[0, 0, 2], [np.inf, 0, np.nan]], np.float32))
+    assert y.dtype == np.float32
+
+
+# -- structural faults in the .param ----------------------------------------------------------------
+
+def _err_at(exc: BaseException, param: Path, line: int) -> None:
+    assert f"{param}:{line}" in str(exc), str(exc)
+
+
+def test_dangling_input_operand(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 nothere 1", "pnnx.Output out 1 0 1"])
+    with pytest.raises(ParamFormatError, match="uses operand 'nothere' before any operator produces it") as e:
+        load(p)
+    _err_at(e.value, p, 4)
+
+
+def test_dead_branch_is_pruned_and_the_rest_runs(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "nn.Sigmoid unused 1 1 0 2",
+                               "pnnx.Output out 1 0 1"])
+    g = load(p)
+    assert [r.name for r in g.execution_order] == ["r"] and [r.name for r in g.pruned] == ["unused"]
+    (y,) = g(np.array([-1.0, 1.0], np.float32))
+    np.testing.assert_array_equal(kuiper_xp.to_numpy(y), [0.0, 1.0])
+
+
+def test_duplicate_operator_names(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "nn.ReLU r 1 1 1 2",
+                               "pnnx.Output out 1 0 2"])
+    with pytest.raises(ParamFormatError, match="duplicate operator name 'r'") as e:
+        load(p)
+    _err_at(e.value, p, 5)
+
+
+def test_operand_produced_twice(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "nn.Sigmoid s 1 1 0 1",
+                               "pnnx.Output out 1 0 1"], n_operands=2)
+    with pytest.raises(ParamFormatError, match=r"operand '1' is produced twice: again by nn.Sigmoid 's' "
+                                               r"\(first by nn.ReLU 'r', line 4\)") as e:
+        load(p)
+    _err_at(e.value, p, 5)
+
+
+def test_no_output_operator(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1"])
+    with pytest.raises(GraphError, match="no pnnx.Output"):
+        load(p)
+
+
+def test_output_operator_that_produces_something(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "pnnx.Output out 1 1 0 1"])
+    with pytest.raises(GraphError, match=r"pnnx.Output 'out' \(.*m\.pnnx\.param:4\): pnnx.Output must have no outputs"):
+        load(p)
+
+
+def test_input_operator_with_inputs(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "pnnx.Input in2 1 1 0 1", "pnnx.Output out 1 0 1"])
+    with pytest.raises(GraphError, match=r"pnnx.Input 'in2' .*must have 0 inputs and 1 output"):
+        load(p)
+
+
+def test_output_of_an_input_is_identity(tmp_path):
+    g = load(write_model(tmp_path, ["pnnx.Input in 0 1 0 #0=(2)f32", "pnnx.Output out 1 0 0"]))
+    x = np.array([1.5, -2], np.float32)
+    (y,) = g(x)
+    np.testing.assert_array_equal(kuiper_xp.to_numpy(y), x)
+
+
+@pytest.mark.parametrize("lines,n_operands,line,pattern", [
+    (["pnnx.Input in 0 1 0", "pnnx.Output out 1 0 0"], 3, 2, "declares 3 operands but the operators produce 1"),
+    (["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "pnnx.Output out 1 0 1"], 1, 4, "more operands than the 1"),
+    (["pnnx.Input in 0 1 0", "nn.ReLU r 2 1 0 1 2", "pnnx.Output out 1 0 2"], 2, 4, "uses operand '1' before"),
+    (["pnnx.Input in 0 1 0", "nn.ReLU r 1 2 0 1", "pnnx.Output out 1 0 1"], 2, 4,
+     "declares '1' inputs and '2' outputs but the line has only 2 names"),
+    (["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1 2", "pnnx.Output out 1 0 1"], 2, 4, "expected key=value, found '2'"),
+])
+def test_counts_that_do_not_match_the_lists(tmp_path, lines, n_operands, line, pattern):
+    p = write_model(tmp_path, lines, n_operands=n_operands)
+    with pytest.raises(ParamFormatError, match=pattern) as e:
+        load(p)
+    _err_at(e.value, p, line)
+
+
+def test_header_operator_count_that_does_not_match(tmp_path):
+    p = tmp_path / "m.pnnx.param"
+    p.write_text("7767517\n5 2\npnnx.Input in 0 1 0\nnn.ReLU r 1 1 0 1\npnnx.Output out 1 0 1\n")
+    with pytest.raises(ParamFormatError, match="declares 5 operators but the file has 3 operator lines") as e:
+        load(p)
+    _err_at(e.value, p, 2)
+
+
+def test_unknown_operator_types_are_listed_all_at_once(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.Frobnicate f1 1 1 0 1", "nn.ReLU r 1 1 1 2",
+                               "torch.wibble w 1 1 2 3", "nn.Frobnicate f2 1 1 3 4", "pnnx.Output out 1 0 4"])
+    with pytest.raises(UnsupportedOperatorError) as e:
+        load(p)
+    msg = str(e.value)
+    assert "3 operator(s) of 2 unsupported type(s) (nn.Frobnicate, torch.wibble)" in msg
+    for name, line in (("f1", 4), ("w", 6), ("f2", 7)):
+        assert f"'{name}' ({p}:{line})" in msg, msg
+    assert "supported types:" in msg and "nn.ReLU" in msg
+    assert isinstance(e.value, NotImplementedError)
+
+
+def test_missing_magic_line(tmp_path):
+    p = tmp_path / "m.pnnx.param"
+    p.write_text("2 1\npnnx.Input in 0 1 0\npnnx.Output out 1 0 0\n")
+    with pytest.raises(ParamFormatError, match=r"m\.pnnx\.param:1: missing magic line: expected 7767517, found '2 1'"):
+        load(p)
+
+
+# -- the .bin -------------------------------------------------------------------------------------
+
+ATTR = ["pnnx.Attribute cst 0 1 0 @data=(2,3)f32 #0=(2,3)f32", "nn.Sigmoid s 1 1 0 1", "pnnx.Output out 1 0 1"]
+
+
+def test_attribute_model_runs(tmp_path):
+    w = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    (y,) = load(write_model(tmp_path, ATTR, weights={"cst.data": w}))()
+    np.testing.assert_allclose(kuiper_xp.to_numpy(y), 1 / (1 + np.exp(-w)), rtol=1e-6)
+
+
+def test_wrong_sized_bin_member(tmp_path):
+    p = write_model(tmp_path, ATTR, weights={"cst.data": np.zeros(5, np.float32)})
+    with pytest.raises(BinFormatError, match=r"member 'cst.data' holds 20 bytes but the .param declares "
+                                             r"\(2, 3\) f32 = 24 bytes"):
+        load(p)
+
+
+def test_missing_bin_member(tmp_path):
+    p = write_model(tmp_path, ATTR, weights={"other.data": np.zeros(6, np.float32)})
+    with pytest.raises(BinFormatError, match=r"member 'cst.data' \(weight 'data' of operator 'cst', "
+                                             r"declared \(2, 3\) f32\) is missing"):
+        load(p)
+
+
+def test_missing_bin_file(tmp_path):
+    p = write_model(tmp_path, ATTR)
+    with pytest.raises(BinFormatError, match=r"m\.pnnx\.bin: weight file not found"):
+        load(p)
+
+
+def test_bin_that_is_not_a_zip(tmp_path):
+    p = write_model(tmp_path, ATTR)
+    (tmp_path / "m.pnnx.bin").write_bytes(b"\x00" * 100)
+    with pytest.raises(BinFormatError, match="not a valid pnnx .bin zip archive"):
+        load(p)
+
+
+def test_every_error_here_is_a_kuiper_error():
+    for cls in (BinFormatError, GraphError, ParamFormatError, UnsupportedOperatorError):
+        assert issubclass(cls, KuiperXPError)
