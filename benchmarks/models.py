@@ -105,10 +105,10 @@ class ModelFiles:
 
 
 def one_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` (for the error column of the table)."""
-    msg = str(exc).strip().splitlines()
-    text = f"{type(exc).__name__}: {msg[0] if msg else ''}".strip()
-    return text[:300]
+    """``Type: message`` on one line, at most 300 characters (the error column of the table)."""
+    msg = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    text = f"{type(exc).__name__}: {msg}".strip()
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 @contextlib.contextmanager
@@ -185,11 +185,21 @@ def _export_ncnn(spec: ModelSpec, model, inputs, d: Path, log: Path) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _static_batch_inputs(path: Path) -> list[str]:
+    """Names of the ONNX graph inputs whose first dimension is a number, not a symbol."""
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    return [i.name for i in m.graph.input
+            if i.type.tensor_type.shape.dim and not i.type.tensor_type.shape.dim[0].dim_param]
+
+
 def _export_onnx(spec: ModelSpec, model, inputs, d: Path, log: Path) -> None:
     """torch.onnx.export with a dynamic batch axis on every input and output."""
     import torch
 
-    n_out = len(flatten(model(*inputs)))
+    with torch.no_grad():
+        n_out = len(flatten(model(*inputs)))
     in_names = [f"in{i}" for i in range(len(inputs))]
     out_names = [f"out{i}" for i in range(n_out)]
     axes = {n: {0: "batch"} for n in in_names + out_names}
@@ -201,13 +211,19 @@ def _export_onnx(spec: ModelSpec, model, inputs, d: Path, log: Path) -> None:
         try:
             with _quiet(log):
                 kw = dict(input_names=in_names, output_names=out_names, opset_version=17)
+                args = tuple(inputs)
                 if dynamo:
                     batch = torch.export.Dim("batch", min=1, max=64)
                     kw["dynamic_shapes"] = tuple({0: batch} for _ in inputs)
                     kw["external_data"] = False
+                    # torch.export specialises a dimension of size 1: trace with batch 2
+                    args = tuple(spec.inputs(2))
                 else:
                     kw["dynamic_axes"] = axes
-                torch.onnx.export(model, tuple(inputs), str(tmp), dynamo=dynamo, **kw)
+                torch.onnx.export(model, args, str(tmp), dynamo=dynamo, **kw)
+            static = _static_batch_inputs(tmp)
+            if static:
+                raise RuntimeError(f"batch axis of {static} exported as a fixed size")
             os.replace(tmp, d / "m.onnx")
             (d / "onnx.json").write_text(json.dumps({"dynamo": dynamo}) + "\n")
             return
@@ -219,7 +235,6 @@ def _export_onnx(spec: ModelSpec, model, inputs, d: Path, log: Path) -> None:
 def model_files(spec: ModelSpec, engines: set[str], verbose: bool = True) -> ModelFiles:
     """Make (or find cached) the exports the chosen engines need; never raises: a failed export
     is recorded in the matching ``*_error`` field."""
-    import torch
 
     mf = ModelFiles(spec.name)
     if "kuiper" in engines:
@@ -238,15 +253,16 @@ def model_files(spec: ModelSpec, engines: set[str], verbose: bool = True) -> Mod
     if need_onnx or need_ncnn:
         model = spec.build().eval()
         inputs = tuple(spec.inputs(1))
-        with torch.no_grad():
-            if need_onnx:
-                t0 = time.perf_counter()
-                try:
-                    _export_onnx(spec, model, inputs, d, log)
-                    if verbose:
-                        print(f"  [{spec.name}] onnx export {time.perf_counter() - t0:.1f}s")
-                except Exception as exc:
-                    mf.onnx_error = "onnx export: " + one_line(exc)
+        if need_onnx:
+            # not under no_grad: there nn.MultiheadAttention takes its fused fast path
+            # (aten::_native_multi_head_attention), which the TorchScript exporter cannot write
+            t0 = time.perf_counter()
+            try:
+                _export_onnx(spec, model, inputs, d, log)
+                if verbose:
+                    print(f"  [{spec.name}] onnx export {time.perf_counter() - t0:.1f}s")
+            except Exception as exc:
+                mf.onnx_error = "onnx export: " + one_line(exc)
         if need_ncnn:
             t0 = time.perf_counter()
             try:

@@ -69,6 +69,7 @@ class KuiperRunner(Runner):
         self.backend_name = backend
         self.g = None
         self.backend = None
+        import kuiper_xp.runtime.graph  # noqa: F401  (layer modules: not part of the load time)
 
     @property
     def label(self) -> str:
@@ -145,6 +146,7 @@ class OrtRunner(Runner):
     def __init__(self, threads: int):
         super().__init__(threads)
         self.sess = None
+        import onnxruntime  # noqa: F401  (not part of the load time)
 
     def load(self, files, spec) -> None:
         if files.onnx is None:
@@ -186,6 +188,7 @@ class NcnnRunner(Runner):
     def __init__(self, threads: int):
         super().__init__(threads)
         self.net = None
+        import ncnn  # noqa: F401  (not part of the load time)
 
     def load(self, files, spec) -> None:
         if files.ncnn_param is None:

@@ -164,7 +164,7 @@ def rel_error(outs: list, ref: list) -> tuple[float | None, str]:
         scale = float(np.max(np.abs(r64))) if r.size else 0.0
         diff = float(np.max(np.abs(a - r64))) if r.size else 0.0
         if not np.isfinite(diff):
-            return float("inf"), f"output {i} has non-finite values"
+            return None, f"output {i} has non-finite values"
         worst = max(worst, diff / (scale if scale > 0 else 1.0))
     return worst, ""
 
@@ -177,7 +177,7 @@ def bench_cell(spec, files, batch: int, engines: list[tuple[str, str | None]], a
     import numpy as np
     import torch
     from models import flatten, one_line
-    from peers import make_runner
+    from peers import engine_label, make_runner
 
     inputs = tuple(t.numpy() for t in spec.inputs(batch))
     entries: dict[str, dict] = {}
@@ -263,8 +263,10 @@ def bench_cell(spec, files, batch: int, engines: list[tuple[str, str | None]], a
         r.close()
     del active
     gc.collect()
+    order = [engine_label(e, b) for e, b in engines]
+    rows = sorted(entries.values(), key=lambda e: order.index(e["label"]) if e["label"] in order else len(order))
     return {"model": spec.name, "batch": batch, "input_shapes": [list(x.shape) for x in inputs],
-            "entries": list(entries.values())}
+            "entries": rows}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -379,6 +381,10 @@ def ratios(cell: dict) -> dict:
     return out
 
 
+def _ms(v: float) -> str:
+    return f"{v:.3f}" if v < 1 else f"{v:.2f}" if v < 100 else f"{v:.1f}"
+
+
 def _f(v, fmt="{:.2f}", none="–"):
     return none if v is None else fmt.format(v)
 
@@ -393,7 +399,7 @@ def markdown(result: dict) -> str:
              "time = median, IQR = q3 - q1 (ms)",
              "- rel err = max|out - torch| / max|torch| over all outputs; load = file to first result "
              "(torch: module construction + first forward)",
-             "- peak RSS = ru_maxrss of a fresh process per (engine, model, batch); "
+             "- peak RSS = high-water RSS (VmHWM) of a fresh process per (engine, model, batch); "
              "Δ = above the same process after importing the engine and reading the input", ""]
     notes = set()
     for cell in result["cells"]:
@@ -422,7 +428,7 @@ def markdown(result: dict) -> str:
             rat = ", ".join(f"{k['label']}: {k['median_ms'] / e['median_ms']:.2f}" for k in kuipers
                             if e["engine"] != "kuiper") or "–"
             lines.append(f"| {e['label']} | {e['median_ms']:.2f} | {e['iqr_ms']:.2f} | {e['min_ms']:.2f} | "
-                         f"{e['runs']} | {_f(e.get('rel_err'), '{:.1e}')} | {_f(e.get('load_s'))} | {mem} | "
+                         f"{e['runs']} | {_f(e.get('rel_err'), '{:.1e}')} | {_f(e.get('load_s'), '{:.3f}')} | {mem} | "
                          f"{rat} | {note.replace('|', '/')} |")
         ref = ISSUE_FIGURES.get((cell["model"], cell["batch"]))
         if ref:
@@ -443,7 +449,7 @@ def markdown(result: dict) -> str:
         row = []
         for lab in labels:
             e = by.get(lab)
-            row.append("n/a" if e is None else "error" if e.get("error") else f"{e['median_ms']:.1f}")
+            row.append("n/a" if e is None else "error" if e.get("error") else _ms(e["median_ms"]))
         lines.append(f"| {cell['model']} | {cell['batch']} | " + " | ".join(row) + " |")
     rat_keys = sorted({k for c in result["cells"] for k in c["ratios"]})
     if rat_keys:

@@ -16,7 +16,6 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 from kuiper_xp.layers import BuildContext, create_layer
 from kuiper_xp.pnnx.param import parse_param_text
 
-
 # inf * 0 and inf / inf are part of the NaN/Inf checks: numpy warns, torch gives the same NaN
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
@@ -311,3 +310,18 @@ def test_export_uses_the_expected_types(activation_export):
               "nn.PReLU", "nn.Hardtanh", "F.hardtanh", "torch.clamp", "nn.Softmax", "F.softmax", "nn.LogSoftmax",
               "F.log_softmax", "nn.SELU", "nn.CELU", "nn.Softsign", "nn.LogSigmoid", "nn.Threshold", "nn.Softmin"):
         assert f"\n{t} " in text, f"the export has no {t}"
+
+
+def test_float32_erf_used_by_gelu_is_accurate(backend):
+    """GELU's float32 erf (rational approximation) against torch.erf in float64, on a dense grid."""
+    from kuiper_xp.layers.activation import _erf_float32
+
+    x = np.concatenate([np.linspace(-6, 6, 20001), [np.nan, np.inf, -np.inf, 0.0, 1e-30, -1e-20]]).astype(np.float32)
+    got = kuiper_xp.to_numpy(_erf_float32(backend.asarray(x), backend.xp))
+    assert got.dtype == np.float32
+    expected = torch.erf(torch.from_numpy(x.astype(np.float64))).numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(expected))
+    fin = ~np.isnan(expected)
+    assert float(np.max(np.abs(got[fin] - expected[fin]))) < 5e-7
+    tiny = np.abs(x) < 1e-3  # relative accuracy near 0, where erf(x) ~ 2x/sqrt(pi)
+    assert np.allclose(got[tiny], expected[tiny], rtol=1e-6, atol=0)

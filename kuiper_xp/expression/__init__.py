@@ -20,7 +20,7 @@ from __future__ import annotations
 from .evaluator import MAX_CLOSURE_DEPTH, Program, compile_expression, evaluate, evaluate_rpn
 from .functions import BINARY, CASTS, SIGNATURES, UNARY, ArrayOps, erf, erf_generic, fmod
 from .parser import Node, depth, format_rpn, max_input, parse, to_rpn, tree_str
-from .tokenizer import Token, TokenKind, tokenize, token_value
+from .tokenizer import Token, TokenKind, token_value, tokenize
 
 __all__ = [
     "Token", "TokenKind", "tokenize", "token_value",

@@ -19,7 +19,7 @@ from typing import Any
 from kuiper_xp.errors import ExpressionError
 
 from .functions import ArrayOps, OpError
-from .parser import Node, depth, max_input, parse, to_rpn
+from .parser import Node, parse, to_rpn
 
 __all__ = ["Program", "compile_expression", "evaluate", "evaluate_rpn", "MAX_CLOSURE_DEPTH"]
 
@@ -104,7 +104,7 @@ class Program:
         self.tree = tree if tree is not None else parse(text)
         self.rpn = to_rpn(self.tree)
         self.ops = ArrayOps(xp, device, fast)
-        used = max_input(self.tree) + 1
+        used, height = _scan(self.rpn)
         if n_inputs is not None:
             if used > n_inputs:
                 bad = next(nd for nd in self.rpn if nd.kind == "input" and nd.value >= n_inputs)
@@ -116,7 +116,7 @@ class Program:
             self.n_inputs = n_inputs
         else:
             self.n_inputs = used
-        if depth(self.tree) > MAX_CLOSURE_DEPTH:
+        if height > MAX_CLOSURE_DEPTH:
             self.mode = "stack"
             code = _assemble(self.rpn, self.ops)
             self._fn = lambda inputs: _run_code(code, inputs, text)
@@ -172,6 +172,26 @@ class Program:
             stack.append((_closure(fn, args, text, node), "fn", None))
         (fn, kind, payload), = stack
         return fn, kind == "const", payload
+
+
+def _scan(rpn: Sequence[Node]) -> tuple[int, int]:
+    """(1 + the largest @N, height of the tree) in one pass over the reverse Polish order."""
+    used = 0
+    heights: list[int] = []
+    best = 0
+    for node in rpn:
+        n = len(node.args)
+        if n:
+            h = 1 + max(heights[-n:])
+            del heights[-n:]
+        else:
+            h = 1
+            if node.kind == "input" and node.value >= used:
+                used = node.value + 1
+        heights.append(h)
+        if h > best:
+            best = h
+    return used, best
 
 
 def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -> Any:

@@ -21,14 +21,14 @@ from typing import Any
 from kuiper_xp.errors import ExpressionError
 
 from .functions import SIGNATURES
-from .tokenizer import Token, TokenKind, tokenize, token_value
+from .tokenizer import Token, TokenKind, token_value, tokenize
 
 __all__ = ["Node", "parse", "to_rpn", "format_rpn", "tree_str", "max_input", "depth"]
 
 _LITERALS = (TokenKind.INT, TokenKind.FLOAT, TokenKind.BOOL, TokenKind.NONE)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Node:
     """A tree node.
 
@@ -148,6 +148,11 @@ def parse(expr: str | list[Token], text: str | None = None) -> Node:
                 stack.pop()
                 i += 1
                 if parent.kind == "call":
+                    for arg in parent.args:
+                        if arg.kind == "list" or (arg.kind == "const" and arg.value is None):
+                            what = "a list" if arg.kind == "list" else "None"
+                            raise ExpressionError(f"{parent.value}() cannot take {what} as an argument",
+                                                  text, arg.start)
                     lo, hi = SIGNATURES[parent.value]
                     got = len(parent.args)
                     if not lo <= got <= hi:

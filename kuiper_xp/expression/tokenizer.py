@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kuiper_xp.errors import ExpressionError
 
@@ -38,8 +38,7 @@ class TokenKind(enum.Enum):
     COMMA = ","
 
 
-@dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     """One token: its kind, its text, and its half-open span ``[start, end)`` in the expression."""
 
     kind: TokenKind
@@ -51,6 +50,16 @@ class Token:
         return f"Token({self.kind.name}, {self.text!r}, {self.start}, {self.end})"
 
 
+# One master pattern; the named group that matched gives the token class. Numbers may carry a
+# leading '-'; a number must not run into a letter, digit, '_', '.' or '@' (``1.2.3``, ``2x``).
+_MASTER = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<punct>[()\[\],])
+  | (?P<input>@[0-9]+)
+  | (?P<special>-?(?:inf|nan)(?![A-Za-z0-9_.@]))
+  | (?P<number>-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(?P<bad>[A-Za-z0-9_.@])?
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
+""", re.VERBOSE)
 _PUNCT = {
     "(": TokenKind.LPAREN,
     ")": TokenKind.RPAREN,
@@ -58,12 +67,8 @@ _PUNCT = {
     "]": TokenKind.RBRACKET,
     ",": TokenKind.COMMA,
 }
-# one regex per token class, tried at the current position (no backtracking across tokens)
-_NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_SPECIAL_FLOAT = re.compile(r"-?(?:inf|nan)(?![A-Za-z0-9_.])")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_INPUT = re.compile(r"@[0-9]+")
-_WORDS = {"True": TokenKind.BOOL, "False": TokenKind.BOOL, "None": TokenKind.NONE}
+_WORDS = {"True": TokenKind.BOOL, "False": TokenKind.BOOL, "None": TokenKind.NONE,
+          "inf": TokenKind.FLOAT, "nan": TokenKind.FLOAT}
 
 
 def _max_chars() -> int:
@@ -84,52 +89,38 @@ def tokenize(expr: str) -> list[Token]:
             "(kuiper_xp.limits max_expression_chars)", expr[:200] + "...", None)
     tokens: list[Token] = []
     append = tokens.append
+    match = _MASTER.match
+    punct = _PUNCT
     i, n = 0, len(expr)
     while i < n:
-        c = expr[i]
-        if c.isspace():
-            i += 1
-            continue
-        kind = _PUNCT.get(c)
-        if kind is not None:
-            append(Token(kind, c, i, i + 1))
-            i += 1
-            continue
-        if c == "@":
-            m = _INPUT.match(expr, i)
-            if m is None:
+        m = match(expr, i)
+        if m is None:
+            c = expr[i]
+            if c == "@":
                 raise ExpressionError("'@' must be followed by an input number, as in '@0'", expr, i)
-            append(Token(TokenKind.INPUT, m.group(), i, m.end()))
-            i = m.end()
-            continue
-        if c.isdigit() or c in "-.":
-            m = _SPECIAL_FLOAT.match(expr, i)
-            if m is not None:
-                append(Token(TokenKind.FLOAT, m.group(), i, m.end()))
-                i = m.end()
-                continue
-            m = _NUMBER.match(expr, i)
-            if m is None or m.group() in ("-", "-.", "."):
+            if c in "-.":
                 raise ExpressionError(f"malformed number starting with {c!r}", expr, i)
+            raise ExpressionError(f"unexpected character {c!r}", expr, i)
+        group = m.lastgroup
+        end = m.end()
+        if group == "punct":
+            c = expr[i]
+            append(Token(punct[c], c, i, end))
+        elif group == "input":
+            append(Token(TokenKind.INPUT, m.group(), i, end))
+        elif group == "name":
             text = m.group()
-            end = m.end()
-            if end < n and (expr[end].isalnum() or expr[end] in "_.@"):
-                raise ExpressionError(f"malformed number {expr[i:end + 1]!r}", expr, end)
-            is_float = any(ch in text for ch in ".eE")
+            append(Token(_WORDS.get(text, TokenKind.NAME), text, i, end))
+        elif group == "special":
+            append(Token(TokenKind.FLOAT, m.group(), i, end))
+        elif group in ("number", "bad"):
+            if m.group("bad") is not None:
+                raise ExpressionError(f"malformed number {m.group()!r}", expr, m.start("bad"))
+            text = m.group("number")
+            end = m.end("number")
+            is_float = "." in text or "e" in text or "E" in text
             append(Token(TokenKind.FLOAT if is_float else TokenKind.INT, text, i, end))
-            i = end
-            continue
-        if c.isalpha() or c == "_":
-            m = _NAME.match(expr, i)
-            assert m is not None
-            text = m.group()
-            if text in ("inf", "nan"):
-                append(Token(TokenKind.FLOAT, text, i, m.end()))
-            else:
-                append(Token(_WORDS.get(text, TokenKind.NAME), text, i, m.end()))
-            i = m.end()
-            continue
-        raise ExpressionError(f"unexpected character {c!r}", expr, i)
+        i = end
     if not tokens:
         raise ExpressionError("empty expression", expr, 0)
     return tokens

@@ -1,1 +1,600 @@
-"""attention layers."""
+"""Attention and friends: ``nn.MultiheadAttention``, ``F.scaled_dot_product_attention``, the
+matrix products (``torch.matmul/bmm/mm/addmm/baddbmm/einsum``) and ``nn.Embedding``.
+
+pnnx spellings (torch 2.13 exports):
+
+* ``nn.MultiheadAttention attn 1 1 0 7 add_bias_kv=False add_zero_attn=False batch_first=True
+  bias=True embed_dim=16 kdim=16 num_heads=4 vdim=16 @in_proj_bias=(48)f32
+  @in_proj_weight=(48,16)f32 @out_proj.bias=(16)f32 @out_proj.weight=(16,16)f32``. With kdim or
+  vdim different from embed_dim: ``@q_proj_weight @k_proj_weight @v_proj_weight`` instead of
+  ``@in_proj_weight``. ``batch_first`` is left out when False. ``bias=False`` drops both biases.
+  pnnx also builds this op from hand-written attention it recognises (``fuse_multiheadattention``).
+* Its inputs are the distinct tensors among (query, key, value, masks), in the order the traced
+  graph first *uses* them: bool masks first (key_padding_mask, then attn_mask), then query, key,
+  value (duplicates dropped: self-attention has one data input, ``(x, y, y)`` two), then float
+  masks (attn_mask, then key_padding_mask). pnnx tags the *last* input ``$attn_mask`` whenever any
+  mask was given, which is only right for a float attn_mask; a second output (``need_weights``)
+  adds the attention weights, averaged over heads or not (only visible from their shape).
+  So this layer classifies its inputs by dtype and shape instead of trusting positions: bool
+  inputs are masks; float inputs after the query are data while they look like data (same rank,
+  same batch size, feature size kdim/vdim), masks after that; a mask of shape (N, S) is a
+  key_padding_mask, (L, S) or (N*num_heads, L, S) an attn_mask; when N == L makes a 2-D mask
+  ambiguous, pnnx's order decides (and a lone ambiguous mask is taken as attn_mask).
+  Not recoverable from the file: a call with key == query but value different (pnnx keeps two
+  data inputs, read here as query and key=value), and ``is_causal=True`` (pnnx drops it).
+* ``F.scaled_dot_product_attention ... attn_mask=None dropout_p=0.0 is_causal=True $query=7
+  $key=10 $value=13``; with a mask ``$attn_mask=5``; ``scale=0.3`` when given.
+* ``nn.Embedding emb 1 1 4 14 embedding_dim=16 num_embeddings=50 sparse=False @weight=(50,16)f32``
+  (``F.embedding`` with a module parameter comes out as ``nn.Embedding`` too).
+* ``torch.matmul $input $other``, ``torch.bmm`` / ``torch.mm`` ``$input $mat2``, ``torch.addmm
+  alpha=1 beta=1 $input $mat1 $mat2``, ``torch.baddbmm alpha=2.0 beta=0.5 $input $batch1
+  $batch2``, ``torch.einsum equation=ik,kj->ij`` (operands unnamed).
+
+Masks follow torch: in MultiheadAttention a True (bool) entry is *excluded*; in
+scaled_dot_product_attention a True entry *takes part*; float masks are added to the scores.
+A row whose keys are all masked gives NaN, as torch's MultiheadAttention does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from .base import BuildContext, Layer
+from .misc import input_slots, is_float, promote
+from .registry import register
+
+
+def softmax_last(xp: Any, s: Any) -> Any:
+    m = xp.max(s, axis=-1, keepdims=True)
+    e = xp.exp(s - m)
+    return e / xp.sum(e, axis=-1, keepdims=True)
+
+
+def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None) -> tuple[Any, Any]:
+    """softmax(q k^T * scale + mask) v over the last two axes; returns (output, weights)."""
+    s = xp.matmul(q * scale, xp.matrix_transpose(k))
+    if mask is not None:
+        s = s + mask
+    p = softmax_last(xp, s)
+    return xp.matmul(p, v), p
+
+
+def additive_mask(xp: Any, mask: Any, dtype: Any, device: Any, true_means_keep: bool) -> Any:
+    """A float mask to add to the scores: bool masks become 0 / -inf, float masks pass."""
+    if mask.dtype == xp.bool:
+        zero = xp.zeros((), dtype=dtype, device=device)
+        ninf = xp.asarray(-math.inf, dtype=dtype, device=device)
+        return xp.where(mask, zero, ninf) if true_means_keep else xp.where(mask, ninf, zero)
+    return mask if mask.dtype == dtype else xp.astype(mask, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@register("nn.MultiheadAttention")
+class MultiheadAttention(Layer):
+    """torch.nn.MultiheadAttention in eval mode (see the module docstring for how the inputs
+    are recognised). Projection weights are transposed once at build time; self-attention uses
+    one fused (E, 3E) input projection."""
+
+    def __init__(self, ctx: BuildContext, *, where: str, embed_dim: int, num_heads: int, kdim: int, vdim: int,
+                 batch_first: bool, w: dict[str, Any], n_outputs: int, weights_rank: int | None):
+        super().__init__(ctx)
+        self.where = where
+        self.E, self.H, self.kdim, self.vdim = embed_dim, num_heads, kdim, vdim
+        self.D = embed_dim // num_heads
+        self.scale = 1.0 / math.sqrt(self.D)
+        self.batch_first = batch_first
+        self.w = w
+        self.n_outputs = n_outputs
+        self.weights_rank = weights_rank
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        xp = ctx.xp
+        E = op.param("embed_dim", int)
+        H = op.param("num_heads", int)
+        if E <= 0 or H <= 0 or E % H:
+            raise LayerParameterError(f"{op.where}: embed_dim={E} must be a positive multiple of num_heads={H}")
+        kdim = op.param("kdim", int, default=E)
+        vdim = op.param("vdim", int, default=E)
+        if len(op.outputs) not in (1, 2):
+            raise LayerParameterError(f"{op.where}: expected 1 or 2 outputs, found {len(op.outputs)}")
+
+        def want(name: str, shape: tuple[int, ...], optional: bool = False) -> Any:
+            a = op.weight(name, ctx, optional=optional)
+            if a is not None and tuple(a.shape) != shape:
+                raise LayerParameterError(f"{op.where}: weight {name!r} has shape {tuple(a.shape)}, expected {shape}")
+            return a
+
+        w: dict[str, Any] = {}
+        if op.weight_ref("in_proj_weight") is not None:
+            ipw = want("in_proj_weight", (3 * E, E))
+            if kdim != E or vdim != E:
+                raise LayerParameterError(f"{op.where}: in_proj_weight needs kdim == vdim == embed_dim")
+            wq, wk, wv = ipw[:E, :], ipw[E:2 * E, :], ipw[2 * E:, :]
+            w["qkv_t"] = xp.matrix_transpose(ipw)
+        else:
+            wq = want("q_proj_weight", (E, E))
+            wk = want("k_proj_weight", (E, kdim))
+            wv = want("v_proj_weight", (E, vdim))
+        w["q_t"], w["k_t"], w["v_t"] = (xp.matrix_transpose(a) for a in (wq, wk, wv))
+        ipb = want("in_proj_bias", (3 * E,), optional=True)
+        if ipb is not None:
+            w["qkv_b"] = ipb
+            w["q_b"], w["k_b"], w["v_b"] = ipb[:E], ipb[E:2 * E], ipb[2 * E:]
+        w["o_t"] = xp.matrix_transpose(want("out_proj.weight", (E, E)))
+        w["o_b"] = want("out_proj.bias", (E,), optional=True)
+        if op.param("add_bias_kv", bool, default=False):
+            w["bias_k"] = xp.reshape(want("bias_k", (1, 1, E)), (1, 1, E))
+            w["bias_v"] = xp.reshape(want("bias_v", (1, 1, E)), (1, 1, E))
+        w["zero_attn"] = bool(op.param("add_zero_attn", bool, default=False))
+        weights_rank = None
+        if len(op.outputs) == 2 and op.outputs[1].shape is not None:
+            weights_rank = len(op.outputs[1].shape)
+        return cls(ctx, where=op.where, embed_dim=E, num_heads=H, kdim=kdim, vdim=vdim,
+                   batch_first=op.param("batch_first", bool, default=False), w=w,
+                   n_outputs=len(op.outputs), weights_rank=weights_rank)
+
+    # -- input recognition ---------------------------------------------------------------
+
+    def _split_inputs(self, inputs: tuple) -> tuple[list[Any], Any, Any]:
+        """(data inputs [q, (k, (v))], attn_mask or None, key_padding_mask or None)."""
+        xp = self.xp
+        bools = [a for a in inputs if a.dtype == xp.bool]
+        floats = [a for a in inputs if a.dtype != xp.bool]
+        if not floats:
+            raise ShapeError(f"{self.where}: no query input among {len(inputs)} inputs")
+        q = floats[0]
+        if q.ndim not in (2, 3):
+            raise ShapeError(f"{self.where}: query must be 2-D or 3-D, found shape {tuple(q.shape)}")
+        batched = q.ndim == 3
+        bdim = (0 if self.batch_first else 1) if batched else None
+        data = [q]
+        rest = floats[1:]
+        while rest and len(data) < 3:
+            a = rest[0]
+            feat_ok = a.shape[-1] == (self.kdim if len(data) == 1 else self.vdim)
+            same_batch = bdim is None or a.shape[bdim] == q.shape[bdim]
+            if a.ndim == q.ndim and feat_ok and same_batch:
+                data.append(rest.pop(0))
+            else:
+                break
+        k = data[1] if len(data) > 1 else q
+        if batched:
+            n = q.shape[bdim]
+            seq = 1 if self.batch_first else 0
+            L, S = q.shape[seq], k.shape[seq]
+        else:
+            n, L, S = None, q.shape[0], k.shape[0]
+        # roles from shapes: 'kpm', 'attn', or None (ambiguous)
+        def role(m: Any) -> str | None:
+            if batched:
+                is_kpm = tuple(m.shape) == (n, S)
+                is_attn = tuple(m.shape) in ((L, S), (n * self.H, L, S))
+            else:
+                is_kpm = tuple(m.shape) == (S,)
+                is_attn = tuple(m.shape) in ((L, S), (self.H, L, S))
+            if is_kpm and not is_attn:
+                return "kpm"
+            if is_attn and not is_kpm:
+                return "attn"
+            if not (is_kpm or is_attn):
+                raise ShapeError(f"{self.where}: input of shape {tuple(m.shape)} is neither a key_padding_mask "
+                                 f"{(n, S) if batched else (S,)} nor an attn_mask {(L, S)}")
+            return None
+
+        # pnnx's order: bool masks kpm-then-attn, float masks attn-then-kpm
+        masks = [(m, role(m), ("kpm", "attn")[j] if len(bools) == 2 else None) for j, m in enumerate(bools)]
+        masks += [(m, role(m), ("attn", "kpm")[j] if len(rest) == 2 else None) for j, m in enumerate(rest)]
+        if len(masks) > 2:
+            raise ShapeError(f"{self.where}: {len(inputs)} inputs: could not tell query/key/value from masks")
+        if len(masks) == 2 and len(bools) == 1:  # one bool, one float: bool first in pnnx's order
+            masks = [(m, r, ("kpm", "attn")[j]) for j, (m, r, _) in enumerate(masks)]
+        attn = kpm = None
+        decided = [r for _, r, _ in masks if r is not None]
+        for m, r, by_order in masks:
+            if r is None:
+                if len(masks) == 2 and len(decided) == 1:
+                    r = "attn" if decided[0] == "kpm" else "kpm"
+                else:
+                    r = by_order or "attn"
+            if r == "attn":
+                if attn is not None:
+                    raise ShapeError(f"{self.where}: two attn_mask-shaped inputs")
+                attn = m
+            else:
+                if kpm is not None:
+                    raise ShapeError(f"{self.where}: two key_padding_mask-shaped inputs")
+                kpm = m
+        return data, attn, kpm
+
+    # -- compute -------------------------------------------------------------------------
+
+    def forward(self, *inputs: Any) -> Any:
+        xp, w = self.xp, self.w
+        data, attn_mask, kpm = self._split_inputs(inputs)
+        q_in = data[0]
+        batched = q_in.ndim == 3
+        if batched and not self.batch_first:
+            data = [xp.permute_dims(a, (1, 0, 2)) for a in data]
+        elif not batched:
+            data = [a[None, ...] for a in data]
+            if kpm is not None:
+                kpm = kpm[None, ...]
+        N, L = data[0].shape[0], data[0].shape[1]
+        E, H, D = self.E, self.H, self.D
+        dt = data[0].dtype
+
+        def proj(x: Any, wt: str, b: str) -> Any:
+            y = xp.matmul(x, w[wt])
+            return y if w.get(b) is None else y + w[b]
+
+        if len(data) == 1 and "qkv_t" in w:
+            qkv = proj(data[0], "qkv_t", "qkv_b")
+            q, k, v = qkv[..., :E], qkv[..., E:2 * E], qkv[..., 2 * E:]
+        else:
+            xq = data[0]
+            xk = data[1] if len(data) > 1 else xq
+            xv = data[2] if len(data) > 2 else xk
+            q = proj(xq, "q_t", "q_b")
+            k = proj(xk, "k_t", "k_b")
+            v = proj(xv, "v_t", "v_b")
+        if q.shape[-1] != E or k.shape[-1] != E:
+            raise ShapeError(f"{self.where}: projected query/key have {q.shape[-1]}/{k.shape[-1]} features, expected {E}")
+
+        # masks -> one additive float mask broadcastable to (N, H, L, S)
+        mask = None
+        if attn_mask is not None:
+            am = additive_mask(xp, attn_mask, dt, self.device, true_means_keep=False)
+            if am.ndim == 3:
+                am = xp.reshape(am, (N, H) + tuple(am.shape[1:]))
+            mask = am
+        if kpm is not None:
+            km = additive_mask(xp, kpm, dt, self.device, true_means_keep=False)
+            km = xp.reshape(km, (N, 1, 1, km.shape[-1]))
+            mask = km if mask is None else mask + km
+
+        def pad_mask(m: Any) -> Any:
+            if m is None:
+                return None
+            shape = tuple(m.shape[:-1]) + (1,)
+            return xp.concat([m, xp.zeros(shape, dtype=m.dtype, device=self.device)], axis=-1)
+
+        if "bias_k" in w:
+            k = xp.concat([k, xp.broadcast_to(w["bias_k"], (N, 1, E))], axis=1)
+            v = xp.concat([v, xp.broadcast_to(w["bias_v"], (N, 1, E))], axis=1)
+            mask = pad_mask(mask)
+
+        def heads(t: Any) -> Any:
+            return xp.permute_dims(xp.reshape(t, (N, t.shape[1], H, D)), (0, 2, 1, 3))
+
+        q, k, v = heads(q), heads(k), heads(v)
+        if w["zero_attn"]:
+            z = xp.zeros((N, H, 1, D), dtype=dt, device=self.device)
+            k, v = xp.concat([k, z], axis=2), xp.concat([v, z], axis=2)
+            mask = pad_mask(mask)
+
+        out, p = attend(xp, q, k, v, self.scale, mask)
+        out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (N, L, E))
+        out = proj(out, "o_t", "o_b")
+        if batched and not self.batch_first:
+            out = xp.permute_dims(out, (1, 0, 2))
+        elif not batched:
+            out = out[0, ...]
+        if self.n_outputs == 1:
+            return out
+        per_head = self.weights_rank is not None and self.weights_rank == q_in.ndim + 1
+        weights = p if per_head else xp.mean(p, axis=1)
+        if not batched:
+            weights = weights[0, ...]
+        return out, weights
+
+
+@register("F.scaled_dot_product_attention")
+class ScaledDotProductAttention(Layer):
+    """softmax(q k^T * scale + mask) v with an optional attn_mask input (bool: True takes part;
+    float: added), ``is_causal`` (top-left aligned lower triangle, cached per (L, S)), ``scale``
+    (default 1/sqrt(E)) and ``enable_gqa`` (key/value heads repeated to the query's)."""
+
+    def __init__(self, ctx: BuildContext, pos: dict[str, int], causal: bool, scale: float | None, gqa: bool, where: str):
+        super().__init__(ctx)
+        self.pos, self.causal, self.scale, self.gqa, self.where = pos, causal, scale, gqa, where
+        self._causal: dict[tuple[int, int, str], Any] = {}
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        pos = input_slots(op, ("query", "key", "value", "attn_mask"))
+        if not {"query", "key", "value"} <= set(pos):
+            raise LayerParameterError(f"{op.where}: needs query, key and value inputs")
+        causal = op.param("is_causal", bool, default=False)
+        if causal and "attn_mask" in pos:
+            raise LayerParameterError(f"{op.where}: is_causal=True with an attn_mask (torch rejects this too)")
+        return cls(ctx, pos, causal, op.param("scale", float, default=None),
+                   op.param("enable_gqa", bool, default=False), op.where)
+
+    def _causal_mask(self, L: int, S: int, dtype: Any) -> Any:
+        key = (L, S, str(dtype))
+        m = self._causal.get(key)
+        if m is None:
+            xp = self.xp
+            keep = xp.tril(xp.ones((L, S), dtype=xp.bool, device=self.device))
+            m = additive_mask(xp, keep, dtype, self.device, true_means_keep=True)
+            self._causal[key] = m
+        return m
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        q, k, v = inputs[self.pos["query"]], inputs[self.pos["key"]], inputs[self.pos["value"]]
+        if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+            raise ShapeError(f"{self.where}: query/key/value must be at least 2-D")
+        if self.gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
+            hq, hk = q.shape[-3], k.shape[-3]
+            if hq % hk or v.shape[-3] != hk:
+                raise ShapeError(f"{self.where}: enable_gqa needs query heads ({hq}) divisible by key/value heads ({hk})")
+            k, v = xp.repeat(k, hq // hk, axis=k.ndim - 3), xp.repeat(v, hq // hk, axis=v.ndim - 3)
+        scale = self.scale if self.scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        mask = None
+        if self.causal:
+            mask = self._causal_mask(q.shape[-2], k.shape[-2], q.dtype)
+        elif "attn_mask" in self.pos:
+            mask = additive_mask(xp, inputs[self.pos["attn_mask"]], q.dtype, self.device, true_means_keep=True)
+        out, _ = attend(xp, q, k, v, scale, mask)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# matrix products
+
+
+class _Product(Layer):
+    KEYS: tuple[str, ...] = ()
+
+    def __init__(self, ctx: BuildContext, pos: dict[str, int], alpha: float, beta: float, where: str):
+        super().__init__(ctx)
+        self.pos, self.alpha, self.beta, self.where = pos, alpha, beta, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        pos = input_slots(op, cls.KEYS)
+        missing = [k for k in cls.KEYS if k not in pos]
+        if missing:
+            raise LayerParameterError(f"{op.where}: missing input(s) {missing}")
+        return cls(ctx, pos, op.param("alpha", float, default=1.0), op.param("beta", float, default=1.0), op.where)
+
+    def _mm(self, a: Any, b: Any) -> Any:
+        a, b = promote(self.xp, a, b)
+        return self.xp.matmul(a, b)
+
+
+@register("torch.matmul")
+class MatMul(_Product):
+    """``torch.matmul`` (1-D, 2-D and batched operands, broadcasting)."""
+
+    KEYS = ("input", "other")
+
+    def forward(self, *inputs: Any) -> Any:
+        return self._mm(inputs[self.pos["input"]], inputs[self.pos["other"]])
+
+
+@register("torch.mm", "torch.bmm")
+class BatchMatMul(_Product):
+    """``torch.mm`` (2-D) and ``torch.bmm`` (3-D, no broadcasting)."""
+
+    KEYS = ("input", "mat2")
+
+    def forward(self, *inputs: Any) -> Any:
+        a, b = inputs[self.pos["input"]], inputs[self.pos["mat2"]]
+        if a.ndim != b.ndim or a.ndim not in (2, 3) or a.shape[-1] != b.shape[-2] or \
+                (a.ndim == 3 and a.shape[0] != b.shape[0]):
+            raise ShapeError(f"{self.where}: cannot multiply shapes {tuple(a.shape)} and {tuple(b.shape)}")
+        return self._mm(a, b)
+
+
+class _AddProduct(_Product):
+    def _add(self, c: Any, ab: Any) -> Any:
+        if self.alpha != 1.0:
+            ab = ab * self.alpha
+        if self.beta == 0.0:  # torch ignores input (even NaN) when beta is 0
+            return ab
+        c, ab = promote(self.xp, c, ab)
+        return ab + (c * self.beta if self.beta != 1.0 else c)
+
+
+@register("torch.addmm")
+class AddMM(_AddProduct):
+    """beta * input + alpha * (mat1 @ mat2)."""
+
+    KEYS = ("input", "mat1", "mat2")
+
+    def forward(self, *inputs: Any) -> Any:
+        return self._add(inputs[self.pos["input"]], self._mm(inputs[self.pos["mat1"]], inputs[self.pos["mat2"]]))
+
+
+@register("torch.baddbmm")
+class BAddBMM(_AddProduct):
+    """beta * input + alpha * (batch1 @ batch2)."""
+
+    KEYS = ("input", "batch1", "batch2")
+
+    def forward(self, *inputs: Any) -> Any:
+        return self._add(inputs[self.pos["input"]], self._mm(inputs[self.pos["batch1"]], inputs[self.pos["batch2"]]))
+
+
+def _parse_einsum(eq: str, ndims: list[int], where: str) -> tuple[list[str], str]:
+    """Terms with '...' replaced by fresh upper-case letters, and the output term."""
+    eq = eq.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ndims):
+        raise LayerParameterError(f"{where}: equation {eq!r} has {len(terms)} operands, the op has {len(ndims)} inputs")
+    fresh = iter("ZYXWVUTSRQPONMLKJIHGFEDCBA")
+    ell_len = 0
+    for t, nd in zip(terms, ndims):
+        if "..." in t:
+            ell_len = max(ell_len, nd - (len(t) - 3))
+    ell = "".join(next(fresh) for _ in range(ell_len))
+    out_terms = []
+    for t, nd in zip(terms, ndims):
+        if "..." in t:
+            n = nd - (len(t) - 3)
+            t = t.replace("...", ell[ell_len - n:] if n else "")
+        if len(t) != nd or not t.isalpha():
+            raise ShapeError(f"{where}: einsum term {t!r} does not match a {nd}-D operand")
+        if len(set(t)) != len(t):
+            raise LayerParameterError(f"{where}: einsum with a repeated index in one operand (diagonal) is not supported")
+        out_terms.append(t)
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        counts: dict[str, int] = {}
+        for t in out_terms:
+            for c in t:
+                counts[c] = counts.get(c, 0) + 1
+        out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+    if not out.isalpha() and out:
+        raise LayerParameterError(f"{where}: bad einsum output {rhs!r}")
+    return out_terms, out
+
+
+@register("torch.einsum")
+class Einsum(Layer):
+    """``torch.einsum`` for any number of operands, with '...' and implicit output, contracted
+    pairwise through ``matmul`` (no repeated index within one operand)."""
+
+    def __init__(self, ctx: BuildContext, equation: str, where: str):
+        super().__init__(ctx)
+        self.equation, self.where = equation, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        eq = op.param("equation", str)
+        if not op.inputs:
+            raise LayerParameterError(f"{op.where}: einsum needs at least one input")
+        return cls(ctx, eq, op.where)
+
+    def forward(self, *ops: Any) -> Any:
+        xp = self.xp
+        terms, out = _parse_einsum(self.equation, [a.ndim for a in ops], self.where)
+        sizes: dict[str, int] = {}
+        for t, a in zip(terms, ops):
+            for c, s in zip(t, a.shape):
+                if sizes.get(c, 1) != 1 and s != 1 and sizes[c] != s:
+                    raise ShapeError(f"{self.where}: index {c!r} has sizes {sizes[c]} and {s}")
+                sizes[c] = max(sizes.get(c, 1), s)
+        arrs = list(ops)
+        if len(arrs) > 1:
+            dt = arrs[0].dtype
+            for a in arrs[1:]:
+                _, probe = promote(xp, xp.zeros((), dtype=dt, device=self.device), a)
+                dt = probe.dtype
+            arrs = [a if a.dtype == dt else xp.astype(a, dt) for a in arrs]
+
+        def needed(skip: set[int]) -> set[str]:
+            s = set(out)
+            for j, t in enumerate(terms_live):
+                if j not in skip:
+                    s |= set(t)
+            return s
+
+        terms_live = list(terms)
+        # sum out indices that only one operand has and the output does not
+        for i in range(len(arrs)):
+            keep = needed({i})
+            drop = [a for a, c in enumerate(terms_live[i]) if c not in keep]
+            if drop:
+                arrs[i] = xp.sum(arrs[i], axis=tuple(drop))
+                terms_live[i] = "".join(c for c in terms_live[i] if c in keep)
+        a, ta = arrs[0], terms_live[0]
+        for i in range(1, len(arrs)):
+            b, tb = arrs[i], terms_live[i]
+            later = set(out)
+            for t in terms_live[i + 1:]:
+                later |= set(t)
+            batch = [c for c in ta if c in tb and c in later]
+            contract = [c for c in ta if c in tb and c not in later]
+            a_only = [c for c in ta if c not in tb]
+            b_only = [c for c in tb if c not in ta]
+            a2 = self._arrange(a, ta, batch + a_only + contract, sizes)
+            b2 = self._arrange(b, tb, batch + contract + b_only, sizes)
+            nb = [sizes[c] for c in batch]
+            m = math.prod(sizes[c] for c in a_only)
+            kk = math.prod(sizes[c] for c in contract)
+            n = math.prod(sizes[c] for c in b_only)
+            a2 = xp.reshape(a2, tuple(nb) + (m, kk))
+            b2 = xp.reshape(b2, tuple(nb) + (kk, n))
+            c = xp.matmul(a2, b2)
+            a = xp.reshape(c, tuple(nb) + tuple(sizes[c_] for c_ in a_only + b_only))
+            ta = "".join(batch + a_only + b_only)
+        # final: sum anything not in the output, then permute
+        drop = [j for j, c in enumerate(ta) if c not in out]
+        if drop:
+            a = xp.sum(a, axis=tuple(drop))
+            ta = "".join(c for c in ta if c in out)
+        if ta != out:
+            a = self._arrange(a, ta, list(out), sizes)
+        return a
+
+    def _arrange(self, a: Any, have: str, want: list[str], sizes: dict[str, int]) -> Any:
+        """Permute ``a`` (indices ``have``) to the order ``want`` and broadcast size-1 axes."""
+        xp = self.xp
+        perm = tuple(have.index(c) for c in want)
+        if perm != tuple(range(len(perm))):
+            a = xp.permute_dims(a, perm)
+        target = tuple(sizes[c] for c in want)
+        if tuple(a.shape) != target:
+            a = xp.broadcast_to(a, target)
+        return a
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@register("nn.Embedding", "F.embedding")
+class Embedding(Layer):
+    """Row lookup ``weight[index]`` for an integer index tensor of any shape; ``max_norm``
+    rescales looked-up rows whose ``norm_type``-norm exceeds it (torch renormalises the weight
+    in place, which gives the same outputs). Out-of-range indices are not checked per call."""
+
+    def __init__(self, ctx: BuildContext, weight: Any, pos: dict[str, int], max_norm: float | None,
+                 norm_type: float, where: str):
+        super().__init__(ctx)
+        self.weight, self.pos, self.max_norm, self.norm_type, self.where = weight, pos, max_norm, norm_type, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        pos = input_slots(op, ("input", "weight"))
+        weight = None
+        if "weight" not in pos:
+            weight = op.weight("weight", ctx)
+            if weight.ndim != 2:
+                raise LayerParameterError(f"{op.where}: weight should be 2-D, found shape {tuple(weight.shape)}")
+            n, d = op.param("num_embeddings", int, default=None), op.param("embedding_dim", int, default=None)
+            if (n is not None and n != weight.shape[0]) or (d is not None and d != weight.shape[1]):
+                raise LayerParameterError(f"{op.where}: weight shape {tuple(weight.shape)} does not match "
+                                          f"num_embeddings={n} embedding_dim={d}")
+        return cls(ctx, weight, pos, op.param("max_norm", float, default=None),
+                   op.param("norm_type", float, default=2.0), op.where)
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        idx = inputs[self.pos["input"]]
+        weight = self.weight if self.weight is not None else inputs[self.pos["weight"]]
+        if is_float(xp, idx.dtype) or idx.dtype == xp.bool:
+            raise ShapeError(f"{self.where}: embedding indices must be integers, found {idx.dtype}")
+        flat = xp.reshape(idx, (-1,))
+        if flat.dtype != xp.int64:
+            flat = xp.astype(flat, xp.int64)
+        rows = xp.take(weight, flat, axis=0)
+        if self.max_norm is not None:
+            p = self.norm_type
+            a = xp.abs(rows)
+            norm = xp.sqrt(xp.sum(a * a, axis=-1, keepdims=True)) if p == 2.0 else \
+                xp.sum(a ** p, axis=-1, keepdims=True) ** (1.0 / p)
+            scale = xp.where(norm > self.max_norm, self.max_norm / (norm + 1e-7),
+                             xp.ones((), dtype=rows.dtype, device=self.device))
+            rows = rows * scale
+        return xp.reshape(rows, tuple(idx.shape) + (weight.shape[1],))

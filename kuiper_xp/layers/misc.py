@@ -377,25 +377,32 @@ class Full(Layer):
     """``torch.zeros/ones/empty(size)`` and ``torch.full(size, fill_value)``; the size is a
     parameter or (dynamic shapes) an input list. ``empty`` gives zeros."""
 
-    def __init__(self, ctx: BuildContext, fill: Any, dtype: Any, size: tuple[int, ...] | None):
+    def __init__(self, ctx: BuildContext, fill: Any, dtype: Any, size: tuple[int, ...] | None,
+                 slots: dict[str, int]):
         super().__init__(ctx)
-        self.fill, self.dtype, self.size = fill, dtype, size
+        self.fill, self.dtype, self.size, self.slots = fill, dtype, size, slots
 
     @classmethod
     def from_operator(cls, op, ctx):
+        slots = input_slots(op, ("size", "fill_value"))
         if op.type == "torch.full":
-            fill = _scalar_param(op, "fill_value")
+            fill = None if "fill_value" in slots else _scalar_param(op, "fill_value")
         else:
             fill = 1 if op.type == "torch.ones" else 0
-        dtype = _creation_dtype(op, ctx.xp, fill)
-        size = None
-        if not op.inputs:
-            size = op.param("size", (int,))
-        return cls(ctx, fill, dtype, size)
+        dtype = _creation_dtype(op, ctx.xp, fill if op.type == "torch.full" else None)
+        size = None if "size" in slots else op.param("size", (int,))
+        return cls(ctx, fill, dtype, size, slots)
 
     def forward(self, *inputs: Any) -> Any:
-        size = self.size if self.size is not None else to_int_list(inputs[0])
-        return self.xp.full(size, self.fill, dtype=self.dtype, device=self.device)
+        size = self.size if self.size is not None else to_int_list(inputs[self.slots["size"]])
+        fill = self.fill
+        if fill is None:
+            v = inputs[self.slots["fill_value"]]
+            if isinstance(v, (bool, int, float)):
+                fill = v
+            else:
+                fill = to_float(v) if is_float(self.xp, v.dtype) else to_int(v)
+        return self.xp.full(size, fill, dtype=self.dtype, device=self.device)
 
 
 @register("torch.zeros_like", "torch.ones_like", "torch.full_like", "torch.empty_like",
@@ -404,9 +411,11 @@ class FullLike(Layer):
     """``*_like(input)`` (shape and dtype of the input) and ``Tensor.new_*(size)`` (the input's
     dtype, the given size)."""
 
-    def __init__(self, ctx: BuildContext, fill: Any, dtype: Any, size: Any, size_pos: int | None, new: bool):
+    def __init__(self, ctx: BuildContext, fill: Any, dtype: Any, size: Any, input_pos: int, size_pos: int | None,
+                 new: bool):
         super().__init__(ctx)
-        self.fill, self.dtype, self.size, self.size_pos, self.new = fill, dtype, size, size_pos, new
+        self.fill, self.dtype, self.size, self.new = fill, dtype, size, new
+        self.input_pos, self.size_pos = input_pos, size_pos
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -420,12 +429,15 @@ class FullLike(Layer):
         size = None
         if new and "size" not in slots:
             size = op.param("size", (int,))
-        return cls(ctx, fill, torch_dtype(op, ctx.xp), size, slots.get("size"), new)
+        if "input" not in slots:
+            raise LayerParameterError(f"{op.where}: needs an input tensor")
+        return cls(ctx, fill, torch_dtype(op, ctx.xp), size, slots["input"], slots.get("size"), new)
 
-    def forward(self, x: Any, *rest: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
+        x = inputs[self.input_pos]
         dtype = self.dtype if self.dtype is not None else x.dtype
         if self.new:
-            size = self.size if self.size_pos is None else to_int_list(rest[self.size_pos - 1])
+            size = self.size if self.size_pos is None else to_int_list(inputs[self.size_pos])
         else:
             size = tuple(x.shape)
         return self.xp.full(size, self.fill, dtype=dtype, device=self.device)
@@ -731,7 +743,7 @@ class Pad(Layer):
                 continue
             lo, hi = max(0, -left), n - max(0, -right)
             if lo or hi != n:
-                x = x[(slice(None),) * axis + (slice(lo, max(lo, hi)),)]
+                x = x[(slice(None),) * axis + (slice(lo, max(lo, hi)), ...)]
             parts = []
             for amount in (left, right):
                 if amount > 0:

@@ -56,7 +56,7 @@ class _NormBase(Layer):
         xp = self.xp
         if not is_float(xp, x.dtype):
             raise ShapeError(f"{self.where}: normalisation needs a floating-point input, found {x.dtype}")
-        if x.dtype in (xp.float16, getattr(xp, "bfloat16", xp.float16)):
+        if any(x.dtype == getattr(xp, n) for n in ("float16", "bfloat16") if hasattr(xp, n)):
             return xp.astype(x, xp.float32)
         return x
 

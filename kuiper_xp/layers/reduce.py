@@ -76,12 +76,17 @@ class Mean(_Reduce):
         return xp.mean(x, axis=self.axes(x.ndim), keepdims=self.keepdim)
 
 
+def _no_bool(xp: Any, x: Any, dt: Any) -> Any:
+    """The Array API does not sum booleans: count them as ints (torch sums bool to int64)."""
+    return xp.astype(x, dt) if x.dtype == xp.bool else x
+
+
 @register("torch.sum", "Tensor.sum")
 class Sum(_Reduce):
     def forward(self, x: Any) -> Any:
         xp = self.xp
         dt = self._out_dtype(x, xp.int64)
-        return xp.sum(x, axis=self.axes(x.ndim), dtype=dt, keepdims=self.keepdim)
+        return xp.sum(_no_bool(xp, x, dt), axis=self.axes(x.ndim), dtype=dt, keepdims=self.keepdim)
 
 
 @register("torch.prod", "Tensor.prod")
@@ -89,7 +94,7 @@ class Prod(_Reduce):
     def forward(self, x: Any) -> Any:
         xp = self.xp
         dt = self._out_dtype(x, xp.int64)
-        return xp.prod(x, axis=self.axes(x.ndim), dtype=dt, keepdims=self.keepdim)
+        return xp.prod(_no_bool(xp, x, dt), axis=self.axes(x.ndim), dtype=dt, keepdims=self.keepdim)
 
 
 def _check_nonempty(layer: _Reduce, x: Any, axes: tuple[int, ...] | None) -> None:
@@ -308,7 +313,7 @@ class CumSum(Layer):
         if dt is None:
             dt = x.dtype if _is_float(xp, x.dtype) else xp.int64
         f = xp.cumulative_prod if self.prod else xp.cumulative_sum
-        out = f(x, axis=d, dtype=dt)
+        out = f(_no_bool(xp, x, dt), axis=d, dtype=dt)
         return xp.reshape(out, ()) if scalar else out
 
 
@@ -330,7 +335,12 @@ class AtenReduce(_Reduce):
     def forward(self, x: Any, dim: Any = None, keepdim: Any = False, *_: Any) -> Any:
         xp = self.xp
         dims = None if dim is None else runtime_ints(dim, self.who, "dim")
-        axes = None if not dims else norm_dims(dims, max(x.ndim, 1), self.who) if x.ndim else ()
+        if not dims:
+            axes = None
+        elif x.ndim == 0:
+            axes = ()
+        else:
+            axes = norm_dims(dims, x.ndim, self.who)
         kd = bool(keepdim) if isinstance(keepdim, bool) else bool(runtime_int(keepdim, self.who, "keepdim"))
         kind = self.op_type.split("::", 1)[1]
         if kind in ("all", "any"):
@@ -343,4 +353,4 @@ class AtenReduce(_Reduce):
                 raise ShapeError(f"{self.who}: mean of a {dtype_name(x.dtype)} tensor (torch needs a floating input)")
             return xp.mean(x if x.dtype == dt else xp.astype(x, dt), axis=axes, keepdims=kd)
         f = xp.prod if kind == "prod" else xp.sum
-        return f(x, axis=axes, dtype=dt, keepdims=kd)
+        return f(_no_bool(xp, x, dt), axis=axes, dtype=dt, keepdims=kd)

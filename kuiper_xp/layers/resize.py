@@ -153,11 +153,11 @@ class Interpolate(Layer):
     bicubic (align_corners either way) and area, by output size or by scale factor."""
 
     def __init__(self, ctx: BuildContext, mode: str, align_corners: bool, size: Any, scale: Any,
-                 recompute: bool, size_pos: int | None, where: str):
+                 recompute: bool, size_pos: int | None, where: str, input_pos: int = 0):
         super().__init__(ctx)
         self.mode, self.align_corners = mode, align_corners
         self.size, self.scale, self.recompute = size, scale, recompute
-        self.size_pos, self.where = size_pos, where
+        self.size_pos, self.where, self.input_pos = size_pos, where, input_pos
         self._plans: dict[tuple, tuple] = {}
 
     @classmethod
@@ -192,7 +192,7 @@ class Interpolate(Layer):
         if size is None and scale is None and size_pos is None:
             raise LayerParameterError(f"{op.where}: either size or scale_factor is needed")
         recompute = op.param("recompute_scale_factor", bool, default=None) or False
-        return cls(ctx, mode, align, size, scale, recompute, size_pos, op.where)
+        return cls(ctx, mode, align, size, scale, recompute, size_pos, op.where, slots.get("input", 0))
 
     def _plan(self, in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], scales: tuple, dtype: Any) -> tuple:
         key = (in_sizes, out_sizes, str(dtype))
@@ -214,8 +214,9 @@ class Interpolate(Layer):
         self._plans[key] = plan
         return plan
 
-    def forward(self, x: Any, *rest: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
         xp = self.xp
+        x = inputs[self.input_pos]
         nsp = x.ndim - 2
         if nsp < 1:
             raise ShapeError(f"{self.where}: interpolation needs an (N, C, spatial...) input, found shape {tuple(x.shape)}")
@@ -224,7 +225,7 @@ class Interpolate(Layer):
             raise ShapeError(f"{self.where}: mode {self.mode!r} needs a {need + 2}-D input, found {x.ndim}-D")
         in_sizes = tuple(x.shape[2:])
         if self.size_pos is not None:
-            out_sizes = _expand(to_int_list(rest[self.size_pos - 1]), nsp, "size", self.where)
+            out_sizes = _expand(to_int_list(inputs[self.size_pos]), nsp, "size", self.where)
             scales: tuple = (None,) * nsp
         elif self.size is not None:
             out_sizes = _expand(self.size, nsp, "size", self.where)

@@ -336,11 +336,13 @@ class Graph:
                     hint = (" (the model was exported with a static batch; export it with pnnx's "
                             "inputs2= to make the batch dynamic)")
                 raise InputError(f"input {k} ({spec.name}) has shape {shape}, the model expects {spec}{hint}")
-        if spec.dtype is not None and _dtype_name(x.dtype) != spec.dtype:
-            raise InputError(f"input {k} ({spec.name}) has dtype {_dtype_name(x.dtype)}, the model "
-                             f"expects {spec.dtype}")
+        dname = str(x.dtype.name) if is_numpy else _dtype_name(x.dtype)  # numpy: '>f4' is float32
+        if spec.dtype is not None and dname != spec.dtype:
+            raise InputError(f"input {k} ({spec.name}) has dtype {dname}, the model expects {spec.dtype}")
         if not is_numpy:
             return x
+        if not x.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file)
+            x = x.astype(x.dtype.newbyteorder("="))
         if be.library == "numpy" and type(x).__name__ == "ndarray":
             return x
         try:  # numpy scalars and subclasses, or a host array for another backend

@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -58,7 +59,7 @@ ZOO_DIR = Path(__file__).resolve().parent
 #: files whose content decides the cache key (README, inventory and INVENTORY.md do not)
 HASHED_SOURCES = ("__init__.py", "small.py", "classifiers.py", "transformers.py", "detection.py")
 #: bump when export() starts producing different files (pnnx options, kept files, meta layout)
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2
 #: what is kept of an export; anything else pnnx writes (.pt, _pnnx.py, .pnnx.onnx, _ncnn.py) goes
 KEPT_SUFFIXES = (".pnnx.param", ".pnnx.bin", ".ncnn.param", ".ncnn.bin")
 
@@ -183,11 +184,11 @@ def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> 
     name = spec.name
     pt_path = workdir / f"{name}.pt"
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with _redirect_fds(log_path), torch.no_grad():
         traced = torch.jit.trace(model, inputs, check_trace=False)
         traced.save(str(pt_path))
-    t_trace = time.perf_counter() - t0
+    t_trace, c_trace = time.perf_counter() - t0, time.process_time() - c0
     del traced
 
     cmd = [
@@ -214,7 +215,7 @@ def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> 
     }
     cmd += [f"{k}={workdir / v}" for k, v in outs.items()]
 
-    t0 = time.perf_counter()
+    t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     if _verbose():
         proc = subprocess.run(cmd, cwd=workdir)
     else:
@@ -223,6 +224,8 @@ def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> 
             log.flush()
             proc = subprocess.run(cmd, cwd=workdir, stdout=log, stderr=subprocess.STDOUT)
     t_pnnx = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c_pnnx = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
 
     param = workdir / outs["pnnxparam"]
     if proc.returncode != 0 or not param.is_file() or not (workdir / outs["pnnxbin"]).is_file():
@@ -252,6 +255,9 @@ def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> 
         "input_shapes2": [list(t.shape) for t in inputs2] if inputs2 is not None else None,
         "trace_seconds": round(t_trace, 3),
         "pnnx_seconds": round(t_pnnx, 3),
+        "trace_cpu_seconds": round(c_trace, 3),
+        "pnnx_cpu_seconds": round(c_pnnx, 3),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "versions": _versions(),
         "zoo_hash": zoo_hash(),
     }

@@ -18,7 +18,68 @@ if __package__ in (None, ""):  # run as a script: make `tests.zoo` importable
 from tests.zoo import list_specs  # noqa: E402
 from tests.zoo.export import export, zoo_hash  # noqa: E402
 
-MAX_VALUES = 12  # list the distinct values of a key when there are at most this many
+MAX_VALUES = 12
+
+QUIRKS = """\
+## pnnx quirks seen in these exports (checked by hand against the files; keep up to date)
+
+- **BatchNorm never appears**: a BN after a conv is folded into an `nn.Conv2d` renamed
+  `convbn2d_N` with `bias=True` and a `@bias` even if the torch conv had none; such a folded conv
+  also carries `$input=`, a plain module conv does not. A conv/linear with `bias=False` has no
+  `@bias` (YOLOv8's DFL conv, the decoder's linears).
+- **Modules vs functions**: a module call keeps its class name (`nn.ReLU`, `nn.SiLU`, `nn.Sigmoid`)
+  and is named after its module path (`features.1.block.1.scale_activation`); a functional call
+  becomes `F.x` / `torch.x` / `Tensor.x`, usually with `$input=` (`torch.split` says `$tensor=`,
+  `torch.matmul` `$input`/`$other`, SDPA `$query`/`$key`/`$value`, `Tensor.expand`
+  `$input`/`$sizes`). A module called several times (SPPF's max pool) gives one op per call:
+  `b9.m`, `pnnx_unique_0`, `pnnx_unique_1`.
+- **No SiLU fusion here**: `torch.sigmoid(x) * x` stays `F.sigmoid` + `pnnx.Expression mul(@0,@1)`
+  (residual_branches); squeeze-excitation gives `nn.Sigmoid`/`nn.Hardsigmoid` + `mul(@0,@1)`.
+  `F.silu` appears only where torch called F.silu.
+- **Fusions that do happen**: ShuffleNet's view/transpose/view channel shuffle becomes
+  `nn.ChannelShuffle groups=2`; dropout and identity vanish; consecutive elementwise ops merge into
+  one `pnnx.Expression` (`sub(add(@0,mul(@1,0.5)),@2)`), Python scalars become literals
+  (`mul(@0,0.125)` for `q * head_dim**-0.5`, `mul(add(mul(@0,2),@1),8.0)` for YOLOv5's
+  `(xy*2+grid)*stride`). Explicit timm attention is *not* fused into `nn.MultiheadAttention`: it
+  stays `torch.unbind` (1 in, 3 out), `torch.transpose`, `torch.matmul`, `F.softmax`.
+- **Static exports fold batch-1 shape work**: `class_token.expand(1,-1,-1)` disappears and
+  `pos_embeddings[:, :T]` becomes a new `pnnx.Attribute pnnx_fold_N`; in the dynamic export they
+  stay `Tensor.expand` (fed by `pnnx.Expression [size(@0,0),-1,-1]`) and `Tensor.slice dim=1
+  start=0 end=16 step=1` on the full (1,32,64) attribute. So static and dynamic graphs of one model
+  can differ in op types (listed per model above).
+- **Reshape spelling**: static `Tensor.reshape shape=(1,197,3,3,64) $input=9`; dynamic
+  `shape=(-1,197,3,3,64)` and no `$input`. `x.view(...)` is exported as `Tensor.reshape`.
+- **List-valued expression**: `[size(@0,0),-1,-1]` has no `#` shape for its output operand (it is a
+  shape list, not a tensor); it feeds `Tensor.expand`'s `$sizes`.
+- **Attributes**: `pnnx.Attribute` has one weight `@data`; its .bin member is `<op name>.data`. Names
+  are the parameter path (`pos_embed`, `class_token`, `pos_embeddings`), or `<module>` /
+  `pnnx_unique_N` when one module holds several buffers (YOLOv5 grids: `detect`,
+  `pnnx_unique_2..6`), or `pnnx_fold_N` for folded constants. Their shapes keep a leading 1 even
+  in dynamic exports: `(1,3,80,80,2)` is broadcast against `(?,3,80,80,2)`.
+- **Weight names with dots**: `nn.MultiheadAttention` has `@in_proj_weight` (3E,E),
+  `@in_proj_bias`, `@out_proj.weight`, `@out_proj.bias`; .bin members are
+  `encoder.layers.0.self_attention.out_proj.weight`, so split a member name at the op name, not at
+  the last dot. The op has one input (self-attention called as `(x, x, x)`) and, with
+  `need_weights=False`, one output.
+- **Number spellings**: eps `1.000000e-6` (LayerNorm), `1.000000e-5` (RMSNorm); scale factors
+  `(2.0,2.0)`; SDPA `dropout_p=0.0`; `attn_mask=None`; a one-element tuple is `(768)`.
+- **Interpolation**: `F.interpolate(..., mode="bilinear")` is exported as `F.upsample` with
+  `align_corners=True|False mode=bilinear scale_factor=(2.0,2.0)` and no `size` key;
+  `nn.Upsample(None, 2, "nearest")` keeps `nn.Upsample mode=nearest scale_factor=(2.0,2.0)
+  size=None`.
+- **Multi-output ops**: `torch.chunk chunks=2 dim=1` (1->2), `torch.split
+  split_size_or_sections=(2,2,81) dim=4` (1->3), `torch.unbind dim=0` (1->3). Models with several
+  outputs end in `prim::TupleConstruct` (n->1, no shape on its output) and one `pnnx.Output` with
+  no shape.
+- **Integer input**: the decoder's token input is `#0=(1,16)i64` and feeds `nn.Embedding`
+  (`@weight=(512,64)f32`).
+- **ConvTranspose2d**: weight `(in, out/groups, kh, kw)` = `(256,128,2,2)`, `output_padding=(0,0)`,
+  no `$input`.
+- Not seen in this zoo (but listed in shared/PNNX.md): `nn.BatchNorm2d`, `F.gelu`, `torch.clamp`,
+  `F.max_pool2d`, `F.avg_pool2d`, `torch.sum`, `torch.max`, `torch.squeeze`, `nn.Softmax`,
+  `F.log_softmax`, `F.upsample_nearest`, `F.leaky_relu`, `F.tanh`, and the second
+  `Tensor.slice` form (`dims/starts/ends/steps/selects`).
+"""  # list the distinct values of a key when there are at most this many
 
 
 def parse_line(line: str) -> dict:
@@ -92,6 +153,9 @@ def main() -> int:
                     meta["trace_seconds"],
                     meta["pnnx_seconds"],
                     bin_mb,
+                    meta.get("trace_cpu_seconds", float("nan"))
+                    + meta.get("pnnx_cpu_seconds", float("nan")),
+                    meta.get("load_average", [float("nan")])[0],
                 )
             )
             ops = read_param(param)
@@ -163,17 +227,27 @@ def main() -> int:
         + "."
     )
     w()
+    w(QUIRKS)
     w("## Export timings (this machine: 2 cores)")
     w()
-    w("| model | variant | export s | trace s | pnnx s | .pnnx.bin MiB |")
-    w("|---|---|---:|---:|---:|---:|")
-    for name, dyn, t, tt, tp, mb in timings:
+    w(
+        "Wall seconds depend on what else runs; CPU seconds (trace in-process + the pnnx child) do not"
+    )
+    w("much. `load` is the 1-minute load average when the export finished (2 cores).")
+    w()
+    w("| model | variant | export s | trace s | pnnx s | CPU s | load | .pnnx.bin MiB |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|")
+    for name, dyn, t, tt, tp, mb, cpu, load in timings:
         w(
-            f"| {name} | {'dynamic' if dyn else 'static'} | {t:.1f} | {tt:.1f} | {tp:.1f} | {mb:.1f} |"
+            f"| {name} | {'dynamic' if dyn else 'static'} | {t:.1f} | {tt:.1f} | {tp:.1f} | {cpu:.1f} | {load:.1f} | {mb:.1f} |"
         )
     tot_s = sum(t for n, d, t, *_ in timings if not d)
     tot_d = sum(t for n, d, t, *_ in timings if d)
-    w(f"| **total** | static {tot_s:.0f} s, dynamic {tot_d:.0f} s | {tot_s + tot_d:.0f} | | | |")
+    cpu_s = sum(x[6] for x in timings)
+    w(
+        f"| **total** | static {tot_s:.0f} s, dynamic {tot_d:.0f} s | {tot_s + tot_d:.0f} | | |"
+        f" {cpu_s:.0f} | | |"
+    )
     w()
 
     all_types = sorted(used_by, key=lambda t: (t.split(".")[0] not in ("pnnx",), t))

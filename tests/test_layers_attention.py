@@ -1,0 +1,259 @@
+"""Attention layers (kuiper_xp/layers/attention.py) against PyTorch: nn.MultiheadAttention (inputs
+laid out the way pnnx lays them out), F.scaled_dot_product_attention, matmul / bmm / mm / addmm /
+baddbmm / einsum, nn.Embedding; plus pnnx exports of the real spellings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_layers_misc import (
+    compare_graph,
+    export_module,
+    make_layer,
+    require_types,
+    run_one_op,
+    t2n,
+)
+from torch import nn
+
+rng = np.random.default_rng(3)
+
+
+def _x(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# ---- nn.MultiheadAttention ------------------------------------------------------------------------
+
+
+def _mha_weights(m: nn.MultiheadAttention) -> dict[str, np.ndarray]:
+    names = ["in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "bias_k", "bias_v"]
+    w = {n: t2n(getattr(m, n)) for n in names if getattr(m, n, None) is not None}
+    w["out_proj.weight"] = t2n(m.out_proj.weight)
+    if m.out_proj.bias is not None:
+        w["out_proj.bias"] = t2n(m.out_proj.bias)
+    return w
+
+
+def _mha_params(m: nn.MultiheadAttention) -> str:
+    p = (f"add_bias_kv={m.bias_k is not None} add_zero_attn={m.add_zero_attn} bias={m.in_proj_bias is not None} "
+         f"embed_dim={m.embed_dim} kdim={m.kdim} num_heads={m.num_heads} vdim={m.vdim}")
+    return p + " batch_first=True" if m.batch_first else p  # pnnx leaves batch_first out when False
+
+
+N, L, S, E, H = 2, 5, 4, 8, 2
+
+# name -> (module kwargs, call builder). The builder returns (torch call args, torch call kwargs,
+# the op's inputs in pnnx's order, whether the last input carries $attn_mask).
+
+
+def _case(name):
+    bf = name != "seq_first_float_mask"
+    x = _x(N, L, E) if bf else _x(L, N, E)
+    y = _x(N, S, E)
+    kpm = np.zeros((N, S), bool)
+    kpm[0, -1] = kpm[1, -2:] = True
+    kpm_self = np.zeros((N, L), bool)
+    kpm_self[1, -1] = True
+    causal = np.triu(np.ones((L, L), bool), 1)
+    if name == "self":
+        return {}, (x, x, x), {"need_weights": False}, [x], False
+    if name == "cross_weights":
+        return {}, (x, y, y), {}, [x, y], False
+    if name == "seq_first_float_mask":
+        m = _x(L, L)
+        return {"batch_first": False}, (x, x, x), {"attn_mask": torch.from_numpy(m), "need_weights": False}, [x, m], True
+    if name == "kpm_bool_and_float_mask":
+        m = _x(L, S)
+        return ({}, (x, y, y), {"attn_mask": torch.from_numpy(m), "key_padding_mask": torch.from_numpy(kpm)},
+                [kpm, x, y, m], True)
+    if name == "causal_bool_and_kpm_per_head":
+        return ({}, (x, x, x), {"attn_mask": torch.from_numpy(causal), "key_padding_mask": torch.from_numpy(kpm_self),
+                                "average_attn_weights": False}, [kpm_self, causal, x], True)
+    if name == "float_kpm":
+        kf = np.where(kpm, -3.0, 0.5).astype(np.float32)
+        return {}, (x, y, y), {"key_padding_mask": torch.from_numpy(kf), "need_weights": False}, [x, y, kf], True
+    if name == "kdim_vdim":
+        k, v = _x(N, S, 6), _x(N, S, 3)
+        return {"kdim": 6, "vdim": 3}, (x, k, v), {"need_weights": False}, [x, k, v], False
+    if name == "no_bias_3d_mask":
+        m = _x(N * H, L, L)
+        return {"bias": False}, (x, x, x), {"attn_mask": torch.from_numpy(m), "need_weights": False}, [x, m], True
+    if name == "bias_kv_zero_attn":
+        return ({"add_bias_kv": True, "add_zero_attn": True}, (x, y, y),
+                {"key_padding_mask": torch.from_numpy(kpm)}, [kpm, x, y], True)
+    if name == "unbatched":
+        x2 = _x(L, E)
+        return {}, (x2, x2, x2), {}, [x2], False
+    raise KeyError(name)
+
+
+MHA_CASES = ["self", "cross_weights", "seq_first_float_mask", "kpm_bool_and_float_mask", "causal_bool_and_kpm_per_head",
+             "float_kpm", "kdim_vdim", "no_bias_3d_mask", "bias_kv_zero_attn", "unbatched"]
+
+
+@pytest.mark.parametrize("name", MHA_CASES)
+def test_multihead_attention(backend, tmp_path, name):
+    mkw, args, kwargs, op_inputs, labelled = _case(name)
+    torch.manual_seed(0)
+    m = nn.MultiheadAttention(E, H, batch_first=mkw.pop("batch_first", True), **mkw).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.uniform_(-0.5, 0.5)
+        out, weights = m(*(torch.from_numpy(a) for a in args), **kwargs)
+    expected = [t2n(out)] if weights is None else [t2n(out), t2n(weights)]
+    keys = [""] * len(op_inputs)
+    if labelled:
+        keys[-1] = "attn_mask"  # as pnnx tags it, whatever the last input really is
+    run_one_op(backend, tmp_path, "nn.MultiheadAttention", op_inputs, expected, params=_mha_params(m),
+               weights=_mha_weights(m), keys=keys, rtol=1e-4)
+
+
+def test_mha_rejects_bad_weights(backend):
+    from kuiper_xp.errors import LayerParameterError
+
+    with pytest.raises(LayerParameterError, match="num_heads"):
+        make_layer(backend, "nn.MultiheadAttention op 1 1 0 1 embed_dim=10 num_heads=3")
+
+
+# ---- F.scaled_dot_product_attention ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", ["causal", "causal_rect", "float_mask", "bool_mask", "scale", "gqa", "3d"])
+def test_sdpa(backend, tmp_path, case):
+    q, k, v = _x(2, 4, 5, 8), _x(2, 4, 5, 8), _x(2, 4, 5, 6)
+    kw, params, ins, keys = {}, "dropout_p=0.0", [q, k, v], ["query", "key", "value"]
+    if case == "causal":
+        kw["is_causal"], params = True, params + " attn_mask=None is_causal=True"
+    elif case == "causal_rect":
+        k, v = _x(2, 4, 7, 8), _x(2, 4, 7, 6)
+        ins = [q, k, v]
+        kw["is_causal"], params = True, params + " attn_mask=None is_causal=True"
+    elif case in ("float_mask", "bool_mask"):
+        m = _x(5, 5) if case == "float_mask" else np.tril(np.ones((5, 5), bool)) | (rng.random((5, 5)) > 0.5)
+        kw["attn_mask"] = torch.from_numpy(m)
+        ins, keys = ins + [m], keys + ["attn_mask"]
+        params += " is_causal=False"
+    elif case == "scale":
+        kw["scale"], params = 0.3, params + " attn_mask=None is_causal=False scale=0.3"
+    elif case == "gqa":
+        k, v = _x(2, 2, 5, 8), _x(2, 2, 5, 6)
+        ins = [q, k, v]
+        kw["enable_gqa"], params = True, params + " attn_mask=None is_causal=False enable_gqa=True"
+    elif case == "3d":
+        q, k, v = _x(3, 5, 4), _x(3, 6, 4), _x(3, 6, 4)
+        ins = [q, k, v]
+        params += " attn_mask=None is_causal=False"
+    e = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in ins[:3]), **kw)
+    run_one_op(backend, tmp_path, "F.scaled_dot_product_attention", ins, t2n(e), params=params, keys=keys, rtol=1e-4)
+
+
+# ---- products --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((4,), (4, 2)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2)),
+                                   ((4,), (4,))])
+def test_matmul(backend, tmp_path, sa, sb):
+    a, b = _x(*sa), _x(*sb)
+    run_one_op(backend, tmp_path, "torch.matmul", [a, b], t2n(torch.matmul(torch.from_numpy(a), torch.from_numpy(b))),
+               keys=["input", "other"], rtol=1e-5)
+
+
+def test_mm_bmm_addmm_baddbmm(backend, tmp_path):
+    a, b = _x(3, 4), _x(4, 5)
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    run_one_op(backend, tmp_path / "mm", "torch.mm", [a, b], t2n(torch.mm(ta, tb)), keys=["input", "mat2"])
+    c = _x(3, 5)
+    e = torch.addmm(torch.from_numpy(c), ta, tb, beta=0.5, alpha=2.0)
+    run_one_op(backend, tmp_path / "addmm", "torch.addmm", [c, a, b], t2n(e), params="alpha=2.0 beta=0.5",
+               keys=["input", "mat1", "mat2"])
+    ba, bb, bc = _x(2, 3, 4), _x(2, 4, 5), _x(1, 5)
+    run_one_op(backend, tmp_path / "bmm", "torch.bmm", [ba, bb], t2n(torch.bmm(torch.from_numpy(ba), torch.from_numpy(bb))),
+               keys=["input", "mat2"])
+    e = torch.baddbmm(torch.from_numpy(bc), torch.from_numpy(ba), torch.from_numpy(bb), beta=0.0, alpha=1.0)
+    run_one_op(backend, tmp_path / "baddbmm", "torch.baddbmm", [bc * np.nan, ba, bb], t2n(e), params="alpha=1 beta=0",
+               keys=["input", "batch1", "batch2"])
+
+
+@pytest.mark.parametrize("eq,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij->ji", [(3, 4)]),
+    ("ij->", [(3, 4)]), ("i,j->ij", [(3,), (4,)]), ("...ij,...jk", [(2, 3, 4), (4, 5)]),
+    ("bij,bjk,bkl->bil", [(2, 3, 4), (2, 4, 5), (2, 5, 2)]), ("ijk,ik->j", [(3, 4, 5), (3, 5)]),
+])
+def test_einsum(backend, tmp_path, eq, shapes):
+    ops = [_x(*s) for s in shapes]
+    e = torch.einsum(eq, *(torch.from_numpy(a) for a in ops))
+    run_one_op(backend, tmp_path, "torch.einsum", ops, t2n(e), params=f"equation={eq}", rtol=1e-5)
+
+
+# ---- embedding -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,dtype", [((2, 7), np.int64), ((5,), np.int64), ((2, 3, 2), np.int32), ((), np.int64)])
+def test_embedding(backend, tmp_path, shape, dtype):
+    w = _x(10, 6)
+    idx = rng.integers(0, 10, shape).astype(dtype)
+    e = F.embedding(torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(w))
+    run_one_op(backend, tmp_path, "nn.Embedding", [idx], t2n(e), params="embedding_dim=6 num_embeddings=10 sparse=False",
+               weights={"weight": w})
+
+
+def test_embedding_max_norm_and_weight_input(backend, tmp_path):
+    w = _x(10, 6) * 3
+    idx = np.array([[1, 2, 2], [9, 0, 3]], dtype=np.int64)
+    e = F.embedding(torch.from_numpy(idx), torch.from_numpy(w.copy()), max_norm=1.5)
+    run_one_op(backend, tmp_path / "a", "nn.Embedding", [idx], t2n(e),
+               params="embedding_dim=6 num_embeddings=10 max_norm=1.5 sparse=False", weights={"weight": w})
+    e = F.embedding(torch.from_numpy(idx), torch.from_numpy(w))
+    run_one_op(backend, tmp_path / "b", "F.embedding", [idx, w], t2n(e), keys=["input", "weight"])
+
+
+# ---- pnnx end to end ------------------------------------------------------------------------------
+
+
+class AttentionModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_bf = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.cross = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.seq_first = nn.MultiheadAttention(16, 2, batch_first=False, bias=False)
+        self.masked = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.emb = nn.Embedding(50, 16)
+
+    def forward(self, x, y, xs, mask, causal_f, q4, k4, v4, tok, w3):
+        a, _ = self.self_bf(x, x, x, need_weights=False)
+        b, bw = self.cross(x, y, y)
+        c, _ = self.seq_first(xs, xs, xs, attn_mask=mask, need_weights=False)
+        d, dw = self.masked(x, x, x, attn_mask=causal_f > 0.5, average_attn_weights=False)
+        e = F.scaled_dot_product_attention(q4, k4, v4, is_causal=True)
+        f = F.scaled_dot_product_attention(q4, k4, v4, attn_mask=mask, scale=0.3)
+        g = self.emb(tok)
+        h = torch.bmm(x, w3) + torch.matmul(x, w3[0])
+        i = torch.einsum("bld,bmd->blm", x, y)
+        return a, b, bw, c, d, dw, e, f, g, h, i
+
+
+@pytest.fixture(scope="session")
+def attention_export(tmp_path_factory):
+    torch.manual_seed(0)
+    module = AttentionModule().eval()
+    x, y = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    xs = torch.randn(5, 2, 16)
+    mask = torch.randn(5, 5)
+    causal_f = torch.triu(torch.ones(5, 5), 1)
+    q4, k4, v4 = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8), torch.randn(2, 4, 5, 8)
+    tok = torch.randint(0, 50, (2, 5))
+    inputs = (x, y, xs, mask, causal_f, q4, k4, v4, tok, torch.randn(2, 16, 3))
+    return export_module(module, inputs, tmp_path_factory.mktemp("attention")), module, inputs
+
+
+def test_attention_export_matches_torch(attention_export, model_backend):
+    param, module, inputs = attention_export
+    text = param.read_text()
+    for t in ("nn.MultiheadAttention", "batch_first=True", "$attn_mask=", "F.scaled_dot_product_attention",
+              "is_causal=True", "scale=0.3", "nn.Embedding", "torch.einsum"):
+        assert t in text, f"pnnx no longer emits {t}"
+    require_types(param)
+    compare_graph(param, model_backend, module, inputs, rtol=1e-4)

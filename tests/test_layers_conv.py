@@ -1,0 +1,486 @@
+"""Convolution layers (kuiper_xp/layers/conv.py) against torch.nn.functional, on every backend leg;
+the NumPy fast paths (backends/numpy_fast.py) against the generic Array-API kernels and torch;
+one pnnx export of a module with many convolutions end to end.
+
+Single-operator graphs are written by hand with ``op_graph`` (also imported by the pooling and
+linear tests); expected values always come from torch on the same numpy data.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from array_api_compat import numpy as xnp
+from conftest import assert_close
+from kuiper_xp.backends import get_backend
+from torch import nn
+
+import kuiper_xp
+from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.layers import functional as fn
+
+RTOL = 1e-5
+
+# ---------------------------------------------------------------------------------------------
+# single-operator graphs from a parameter dict
+
+_SUFFIX = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32",
+           "bool": "bool"}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, (tuple, list)):
+        return "(" + ",".join(_fmt(i) for i in v) + ")"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def _ann(name, a) -> str:
+    return f"#{name}=(" + ",".join(str(d) for d in a.shape) + f"){_SUFFIX[str(a.dtype)]}"
+
+
+def op_graph(tmp_path: Path, op_type: str, params: dict, inputs, outputs, weights=None, keys=None,
+             backend="numpy", annotate=True):
+    """Build a graph of one ``op_type`` operator: graph inputs shaped like ``inputs``, outputs
+    annotated like ``outputs`` (the torch results, or a count when ``annotate`` is False),
+    ``weights`` stored in a .bin, ``keys`` the ``$key`` of each input."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    weights = weights or {}
+    keys = keys or [""] * len(inputs)
+    n_out = outputs if isinstance(outputs, int) else len(outputs)
+    lines = [f"pnnx.Input in{i} 0 1 i{i} {_ann(f'i{i}', a) if annotate else ''}" for i, a in enumerate(inputs)]
+    ins = " ".join(f"i{i}" for i in range(len(inputs)))
+    outs = " ".join(f"o{k}" for k in range(n_out))
+    extra = [f"{k}={_fmt(v)}" for k, v in params.items()]
+    extra += [f"@{w}=(" + ",".join(str(d) for d in a.shape) + f"){_SUFFIX[str(a.dtype)]}"
+              for w, a in weights.items()]
+    extra += [f"${k}=i{i}" for i, k in enumerate(keys) if k]
+    if annotate:
+        extra += [_ann(f"i{i}", a) for i, a in enumerate(inputs)]
+        extra += [_ann(f"o{k}", a) for k, a in enumerate(outputs)]
+    lines.append(f"{op_type} op {len(inputs)} {n_out} {ins} {outs} {' '.join(extra)}")
+    lines.append(f"pnnx.Output out {n_out} 0 {outs}")
+    param = tmp_path / "m.pnnx.param"
+    param.write_text(f"7767517\n{len(lines)} {len(inputs) + n_out}\n" + "\n".join(lines) + "\n")
+    with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w", zipfile.ZIP_STORED) as z:
+        for w, a in weights.items():
+            z.writestr(f"op.{w}", np.ascontiguousarray(a).tobytes())
+    return kuiper_xp.load(param, backend=backend)
+
+
+def run_op(backend, tmp_path, op_type, params, inputs, expected, weights=None, keys=None, rtol=RTOL):
+    expected = list(expected) if isinstance(expected, (list, tuple)) else [expected]
+    g = op_graph(tmp_path, op_type, params, inputs, expected, weights, keys, backend)
+    got = g(*inputs)
+    assert len(got) == len(expected)
+    for k, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, rtol=rtol, what=f"{op_type} output {k}")
+    return g
+
+
+def rnd(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def t(a):
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.Conv2d / nn.Conv1d over a parameter grid
+
+# (batch, cin, cout, h, w, kernel, stride, padding, dilation, groups, bias, padding_mode)
+CONV2D = [
+    (1, 3, 4, 7, 7, 3, 1, 1, 1, 1, True, "zeros"),
+    (2, 4, 6, 9, 8, 3, 2, 1, 1, 1, False, "zeros"),
+    (2, 4, 4, 9, 11, (3, 1), (2, 1), (1, 0), 1, 1, True, "zeros"),
+    (1, 4, 8, 10, 9, 3, 1, "same", 2, 2, True, "zeros"),
+    (1, 4, 4, 8, 8, 4, 1, "same", 1, 1, False, "zeros"),  # even kernel: asymmetric same padding
+    (2, 6, 6, 9, 9, 3, 1, "valid", 1, 1, True, "zeros"),
+    (2, 6, 6, 8, 7, 3, 2, 1, 1, 6, True, "zeros"),  # depthwise stride 2
+    (1, 4, 8, 7, 9, 3, 1, 1, 1, 4, False, "zeros"),  # depthwise, channel multiplier 2
+    (1, 6, 4, 9, 9, 5, 2, 2, 1, 2, True, "zeros"),
+    (2, 5, 7, 6, 7, 1, 1, 0, 1, 1, True, "zeros"),  # 1x1
+    (1, 4, 6, 9, 8, 1, 2, 0, 1, 1, False, "zeros"),  # 1x1 stride 2
+    (1, 4, 4, 8, 8, 3, 1, (1, 2), 1, 1, True, "reflect"),
+    (2, 3, 5, 7, 6, 3, 2, 1, 1, 1, True, "replicate"),
+    (1, 4, 4, 6, 6, 3, 1, 2, 2, 2, True, "circular"),
+    (1, 3, 3, 9, 7, (2, 3), 1, "same", 1, 1, True, "reflect"),
+    (1, 4, 4, 5, 5, 3, 3, 0, 1, 1, True, "zeros"),  # stride larger than the overlap
+    (1, 16, 16, 6, 5, 3, 1, 1, 1, 1, True, "zeros"),
+    (1, 2, 3, 3, 3, 3, 1, 0, 1, 1, True, "zeros"),  # 1x1 output
+]
+
+
+def _torch_conv(x, w, b, stride, padding, dilation, groups, mode, nd=2):
+    tx = t(x)
+    if mode != "zeros":
+        k = w.shape[2:]
+        d = dilation if isinstance(dilation, tuple) else (dilation,) * nd
+        if padding == "same":
+            pads = [(dd * (kk - 1) // 2, dd * (kk - 1) - dd * (kk - 1) // 2) for kk, dd in zip(k, d)]
+        else:
+            p = padding if isinstance(padding, tuple) else (padding,) * nd
+            pads = [(pp, pp) for pp in p]
+        flat = [v for lo_hi in reversed(pads) for v in lo_hi]
+        tx = F.pad(tx, flat, mode=mode)
+        padding = 0
+    conv = F.conv2d if nd == 2 else F.conv1d
+    return conv(tx, t(w), None if b is None else t(b), stride, padding, dilation, groups).numpy()
+
+
+def _conv_params(cin, cout, k, stride, padding, dilation, groups, bias, mode, nd=2):
+    def tup(v):
+        return v if isinstance(v, tuple) else (v,) * nd
+    return {"bias": bias, "dilation": tup(dilation), "groups": groups, "in_channels": cin,
+            "kernel_size": tup(k), "out_channels": cout, "padding": padding if isinstance(padding, str) else tup(padding),
+            "padding_mode": mode, "stride": tup(stride)}
+
+
+@pytest.mark.parametrize("case", CONV2D, ids=[f"c{i}" for i in range(len(CONV2D))])
+def test_conv2d_matches_torch(backend, tmp_path, case):
+    n, cin, cout, h, w, k, s, p, d, g, bias, mode = case
+    kk = k if isinstance(k, tuple) else (k, k)
+    x = rnd(n, cin, h, w)
+    wt = rnd(cout, cin // g, *kk, seed=1)
+    b = rnd(cout, seed=2) if bias else None
+    expected = _torch_conv(x, wt, b, s, p, d, g, mode)
+    weights = {"weight": wt} | ({"bias": b} if bias else {})
+    run_op(backend, tmp_path, "nn.Conv2d", _conv_params(cin, cout, k, s, p, d, g, bias, mode), [x],
+           expected, weights)
+
+
+CONV1D = [
+    (2, 4, 5, 11, 3, 1, 1, 1, 1, True, "zeros"),
+    (1, 4, 6, 10, 3, 2, 0, 2, 2, False, "zeros"),
+    (1, 4, 4, 9, 4, 1, "same", 1, 4, True, "zeros"),
+    (2, 3, 3, 8, 2, 2, 1, 1, 1, True, "reflect"),
+    (1, 4, 4, 9, 3, 1, 2, 1, 1, True, "circular"),
+    (1, 3, 2, 7, 1, 1, 0, 1, 1, True, "zeros"),
+]
+
+
+@pytest.mark.parametrize("case", CONV1D, ids=[f"c{i}" for i in range(len(CONV1D))])
+def test_conv1d_matches_torch(backend, tmp_path, case):
+    n, cin, cout, length, k, s, p, d, g, bias, mode = case
+    x = rnd(n, cin, length)
+    wt = rnd(cout, cin // g, k, seed=1)
+    b = rnd(cout, seed=2) if bias else None
+    expected = _torch_conv(x, wt, b, s, p, d, g, mode, nd=1)
+    weights = {"weight": wt} | ({"bias": b} if bias else {})
+    run_op(backend, tmp_path, "nn.Conv1d", _conv_params(cin, cout, k, s, p, d, g, bias, mode, nd=1), [x],
+           expected, weights)
+
+
+def test_conv_unbatched_input(backend, tmp_path):
+    x = rnd(4, 7, 6)
+    wt = rnd(5, 4, 3, 3, seed=1)
+    expected = F.conv2d(t(x), t(wt), None, 1, 1).numpy()
+    run_op(backend, tmp_path, "nn.Conv2d", _conv_params(4, 5, 3, 1, 1, 1, 1, False, "zeros"), [x],
+           expected, {"weight": wt})
+
+
+def test_conv_padding_lost_by_pnnx_reads_as_same(backend, tmp_path):
+    """pnnx writes ``padding=()`` for padding='same' with a non-zero padding_mode and an even
+    kernel; the layer reads it as 'same' (torch pads 1 left, 2 right for kernel 4)."""
+    x = rnd(1, 4, 9)
+    wt = rnd(4, 4, 4, seed=1)
+    b = rnd(4, seed=2)
+    expected = F.conv1d(F.pad(t(x), (1, 2), mode="circular"), t(wt), t(b)).numpy()
+    params = _conv_params(4, 4, 4, 1, 0, 1, 1, True, "circular", nd=1) | {"padding": None}
+    run_op(backend, tmp_path, "nn.Conv1d", params, [x], expected, {"weight": wt, "bias": b})
+
+
+# ---------------------------------------------------------------------------------------------
+# transposed convolutions
+
+# (batch, cin, cout, h, w, kernel, stride, padding, output_padding, dilation, groups, bias)
+CONVT2D = [
+    (1, 4, 3, 5, 6, 3, 2, 1, 1, 1, 1, True),
+    (2, 4, 6, 4, 5, 3, 2, 0, 0, 1, 2, False),
+    (1, 3, 2, 4, 4, 3, 1, 2, 0, 2, 1, True),
+    (1, 4, 4, 5, 3, (2, 3), (3, 2), (1, 0), (2, 1), 1, 1, True),
+    (2, 4, 4, 3, 3, 4, 2, 1, 0, 1, 4, True),  # depthwise transposed
+    (1, 2, 3, 4, 4, 3, 2, 2, 1, 2, 1, True),  # output padding below dilation
+]
+
+
+@pytest.mark.parametrize("case", CONVT2D, ids=[f"c{i}" for i in range(len(CONVT2D))])
+def test_conv_transpose2d_matches_torch(backend, tmp_path, case):
+    n, cin, cout, h, w, k, s, p, op_, d, g, bias = case
+    kk = k if isinstance(k, tuple) else (k, k)
+    x = rnd(n, cin, h, w)
+    wt = rnd(cin, cout // g, *kk, seed=1)
+    b = rnd(cout, seed=2) if bias else None
+    expected = F.conv_transpose2d(t(x), t(wt), None if b is None else t(b), s, p, op_, g, d).numpy()
+
+    def tup(v):
+        return v if isinstance(v, tuple) else (v, v)
+    params = {"bias": bias, "dilation": tup(d), "groups": g, "in_channels": cin, "kernel_size": kk,
+              "out_channels": cout, "output_padding": tup(op_), "padding": tup(p), "stride": tup(s)}
+    weights = {"weight": wt} | ({"bias": b} if bias else {})
+    run_op(backend, tmp_path, "nn.ConvTranspose2d", params, [x], expected, weights)
+
+
+def test_conv_transpose1d_matches_torch(backend, tmp_path):
+    x = rnd(2, 5, 10)
+    wt = rnd(5, 3, 3, seed=1)
+    b = rnd(3, seed=2)
+    expected = F.conv_transpose1d(t(x), t(wt), t(b), 2, 1, 1).numpy()
+    params = {"bias": True, "dilation": (1,), "groups": 1, "in_channels": 5, "kernel_size": (3,),
+              "out_channels": 3, "output_padding": (1,), "padding": (1,), "stride": (2,)}
+    run_op(backend, tmp_path, "nn.ConvTranspose1d", params, [x], expected, {"weight": wt, "bias": b})
+
+
+# ---------------------------------------------------------------------------------------------
+# F.conv* with weights as input operands (what pnnx writes when the weight is computed)
+
+def test_functional_conv2d_weight_and_bias_inputs(backend, tmp_path):
+    x, wt, b = rnd(2, 4, 8, 8), rnd(4, 2, 3, 3, seed=1), rnd(4, seed=2)
+    expected = F.conv2d(t(x), t(wt), t(b), 1, "same", 2, 2).numpy()
+    params = {"dilation": (2, 2), "groups": 2, "padding": "same", "stride": (1, 1)}
+    run_op(backend, tmp_path, "F.conv2d", params, [x, wt, b], expected, keys=["input", "weight", "bias"])
+
+
+def test_functional_conv1d_weight_input_no_bias(backend, tmp_path):
+    x, wt = rnd(1, 4, 9), rnd(5, 4, 3, seed=1)
+    expected = F.conv1d(t(x), t(wt), None, 2, 1).numpy()
+    params = {"bias": None, "dilation": (1,), "groups": 1, "padding": (1,), "stride": (2,)}
+    run_op(backend, tmp_path, "F.conv1d", params, [x, wt], expected, keys=["input", "weight"])
+
+
+def test_functional_conv_transpose2d_inputs(backend, tmp_path):
+    x, wt, b = rnd(1, 4, 5, 5), rnd(4, 2, 3, 3, seed=1), rnd(4, seed=2)
+    expected = F.conv_transpose2d(t(x), t(wt), t(b), 2, 0, 0, 2).numpy()
+    params = {"dilation": (1, 1), "groups": 2, "output_padding": (0, 0), "padding": (0, 0), "stride": (2, 2)}
+    run_op(backend, tmp_path, "F.conv_transpose2d", params, [x, wt, b], expected,
+           keys=["input", "weight", "bias"])
+
+
+def test_functional_conv_transpose1d_input_weight(backend, tmp_path):
+    x, wt = rnd(1, 4, 9), rnd(4, 5, 3, seed=1)
+    expected = F.conv_transpose1d(t(x), t(wt)).numpy()
+    params = {"bias": None, "dilation": (1,), "groups": 1, "output_padding": (0,), "padding": (0,),
+              "stride": (1,)}
+    run_op(backend, tmp_path, "F.conv_transpose1d", params, [x, wt], expected, keys=["input", "weight"])
+
+
+def test_functional_conv2d_weight_attribute(backend, tmp_path):
+    x, wt = rnd(1, 3, 6, 6), rnd(2, 3, 3, 3, seed=1)
+    expected = F.conv2d(t(x), t(wt), None, 1, 1).numpy()
+    params = {"bias": None, "dilation": (1, 1), "groups": 1, "padding": (1, 1), "stride": (1, 1)}
+    run_op(backend, tmp_path, "F.conv2d", params, [x], expected, {"weight": wt}, keys=["input"])
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+
+def _conv_line_params(**over):
+    return _conv_params(4, 4, 3, 1, 1, 1, 1, False, "zeros") | over
+
+
+@pytest.mark.parametrize("over, needle", [
+    ({"padding_mode": "zigzag"}, "padding_mode"),
+    ({"padding": "full"}, "padding"),
+    ({"padding": "same", "stride": (2, 2)}, "padding='same'"),
+    ({"groups": 3}, "groups"),
+    ({"kernel_size": (5, 5)}, "kernel_size"),
+    ({"in_channels": 8}, "in_channels"),
+    ({"stride": (0, 1)}, "stride"),
+])
+def test_conv_bad_parameters_fail_at_build(tmp_path, over, needle):
+    with pytest.raises(LayerParameterError) as ei:
+        op_graph(tmp_path, "nn.Conv2d", _conv_line_params(**over), [rnd(1, 4, 6, 6)], 1,
+                 {"weight": rnd(4, 4, 3, 3)}, annotate=False)
+    assert needle in str(ei.value) and "nn.Conv2d 'op'" in str(ei.value)
+
+
+def test_conv_transpose_bad_output_padding(tmp_path):
+    params = {"bias": False, "dilation": (1, 1), "groups": 1, "in_channels": 4, "kernel_size": (3, 3),
+              "out_channels": 4, "output_padding": (2, 2), "padding": (0, 0), "stride": (2, 2)}
+    with pytest.raises(LayerParameterError, match="output_padding"):
+        op_graph(tmp_path, "nn.ConvTranspose2d", params, [rnd(1, 4, 6, 6)], 1, {"weight": rnd(4, 4, 3, 3)},
+                 annotate=False)
+
+
+def test_conv_channel_mismatch_raises_shape_error(backend, tmp_path):
+    g = op_graph(tmp_path, "nn.Conv2d", _conv_line_params(), [rnd(1, 4, 6, 6)], 1,
+                 {"weight": rnd(4, 4, 3, 3)}, backend=backend, annotate=False)
+    with pytest.raises(ShapeError) as ei:
+        g(rnd(1, 3, 6, 6))
+    msg = str(ei.value)
+    assert "(1, 3, 6, 6)" in msg and "(4, 4, 3, 3)" in msg
+
+
+def test_conv_transpose_channel_mismatch_raises_shape_error(backend, tmp_path):
+    params = {"bias": False, "dilation": (1, 1), "groups": 1, "in_channels": 4, "kernel_size": (3, 3),
+              "out_channels": 2, "output_padding": (0, 0), "padding": (0, 0), "stride": (1, 1)}
+    g = op_graph(tmp_path, "nn.ConvTranspose2d", params, [rnd(1, 4, 5, 5)], 1, {"weight": rnd(4, 2, 3, 3)},
+                 backend=backend, annotate=False)
+    with pytest.raises(ShapeError, match=r"\(1, 5, 5, 5\).*\(4, 2, 3, 3\)"):
+        g(rnd(1, 5, 5, 5))
+
+
+def test_reflect_padding_too_large_raises_shape_error(backend, tmp_path):
+    g = op_graph(tmp_path, "nn.Conv2d", _conv_line_params(padding=(3, 3), padding_mode="reflect"),
+                 [rnd(1, 4, 3, 3)], 1, {"weight": rnd(4, 4, 3, 3)}, backend=backend, annotate=False)
+    with pytest.raises(ShapeError, match="reflect"):
+        g(rnd(1, 4, 3, 3))
+
+
+# ---------------------------------------------------------------------------------------------
+# the fused-activation hook
+
+@pytest.mark.parametrize("spec", ["relu", ("clamp", -0.5, 0.5), "callable"])
+def test_fused_activation_hook(backend, tmp_path, spec):
+    x, wt, b = rnd(1, 4, 6, 6), rnd(4, 4, 3, 3, seed=1), rnd(4, seed=2)
+    ref = F.conv2d(t(x), t(wt), t(b), 1, 1)
+    if spec == "relu":
+        expected = F.relu(ref).numpy()
+    elif spec == "callable":
+        expected = (ref * 2.0).numpy()
+        spec = lambda y: y * 2.0  # noqa: E731
+    else:
+        expected = torch.clamp(ref, -0.5, 0.5).numpy()
+    g = op_graph(tmp_path, "nn.Conv2d", _conv_params(4, 4, 3, 1, 1, 1, 1, True, "zeros"), [x], [expected],
+                 {"weight": wt, "bias": b}, backend=backend)
+    (layer,) = g.layers
+    layer.set_fused_activation(spec)
+    assert_close(g(x)[0], expected, rtol=RTOL)
+    with pytest.raises(ValueError):
+        layer.set_fused_activation("swish-ish")
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy fast paths against the generic kernels and torch
+
+nf = get_backend("numpy").fast
+
+# (batch, cin, cout, h, w, k, stride, pads, dilation, groups, algo)
+FAST = [
+    (2, 64, 64, 9, 7, 3, 1, ((1, 1), (1, 1)), 1, 1, "winograd"),
+    (1, 64, 72, 8, 8, 3, 1, ((0, 0), (0, 0)), 1, 1, "winograd"),
+    (3, 64, 64, 5, 6, 3, 1, ((1, 0), (2, 1)), 1, 1, "winograd"),
+    (1, 64, 64, 1, 1, 3, 1, ((1, 1), (1, 1)), 1, 1, "winograd"),
+    (2, 8, 12, 9, 7, 3, 1, ((1, 1), (1, 1)), 1, 1, "gemm"),
+    (2, 8, 12, 9, 7, 3, 2, ((1, 1), (1, 1)), 1, 1, "gemm"),
+    (1, 6, 9, 11, 10, 5, 2, ((2, 2), (1, 3)), 2, 3, "gemm"),
+    (2, 3, 8, 15, 13, 7, 2, ((3, 3), (3, 3)), 1, 1, "gemm"),
+    (2, 5, 7, 6, 9, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),
+    (2, 5, 7, 7, 9, 1, 2, ((0, 0), (0, 0)), 1, 1, "1x1"),
+    (2, 8, 8, 9, 7, 3, 1, ((1, 1), (1, 1)), 1, 8, "depthwise"),
+    (3, 8, 8, 10, 9, 3, 2, ((1, 1), (1, 1)), 1, 8, "depthwise"),
+    (1, 4, 8, 9, 9, 5, 1, ((2, 2), (2, 2)), 2, 4, "depthwise"),
+    (1, 300, 300, 3, 3, 3, 1, ((1, 1), (1, 1)), 1, 300, "depthwise"),  # several channel blocks
+]
+
+
+@pytest.mark.parametrize("case", FAST, ids=[f"{c[-1]}{i}" for i, c in enumerate(FAST)])
+def test_numpy_fast_conv_matches_generic_and_torch(case):
+    n, cin, cout, h, w, k, s, pads, d, g, algo = case
+    x = rnd(n, cin, h, w)
+    wt = rnd(cout, cin // g, k, k, seed=1)
+    b = rnd(cout, seed=2)
+    (pt, pb), (pl, pr) = pads
+    expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), s, 0, d, g).numpy()
+    generic = fn.conv2d(x, wt, b, (s, s), pads, (d, d), g, xp=xnp)
+    assert_close(generic, expected, rtol=RTOL, what="generic")
+    plan = nf.conv2d_plan(wt, b, stride=(s, s), dilation=(d, d), groups=g, pads=pads, algo=algo)
+    got = plan(x)
+    assert got.flags.c_contiguous
+    assert_close(got, expected, rtol=RTOL if algo != "winograd" else 1e-4, what=algo)
+    auto = nf.conv2d_plan(wt, b, stride=(s, s), dilation=(d, d), groups=g, pads=pads)
+    assert_close(auto(x), expected, rtol=1e-4, what=f"auto ({auto.algo})")
+
+
+def test_numpy_fast_conv_picks_the_expected_algorithm():
+    def algo(cout, cin, k, s=1, g=1, pads=((1, 1), (1, 1))):
+        return nf.conv2d_plan(rnd(cout, cin // g, k, k), None, stride=(s, s), groups=g, pads=pads).algo
+    assert algo(64, 64, 1, pads=((0, 0), (0, 0))) == "1x1"
+    assert algo(32, 32, 3, g=32) == "depthwise"
+    assert algo(64, 64, 3, s=2) == "gemm"
+    assert algo(8, 8, 3) == "gemm"
+
+
+@pytest.mark.parametrize("case", CONVT2D, ids=[f"c{i}" for i in range(len(CONVT2D))])
+def test_numpy_fast_conv_transpose_matches_generic(case):
+    n, cin, cout, h, w, k, s, p, op_, d, g, bias = case
+    kk = k if isinstance(k, tuple) else (k, k)
+
+    def tup(v):
+        return v if isinstance(v, tuple) else (v, v)
+    x, wt, b = rnd(n, cin, h, w), rnd(cin, cout // g, *kk, seed=1), rnd(cout, seed=2)
+    expected = F.conv_transpose2d(t(x), t(wt), t(b), s, p, op_, g, d).numpy()
+    generic = fn.conv_transpose2d(x, wt, b, tup(s), tup(p), tup(op_), tup(d), g, xp=xnp)
+    assert_close(generic, expected, rtol=RTOL, what="generic")
+    plan = nf.conv_transpose2d_plan(wt, b, stride=tup(s), padding=tup(p), output_padding=tup(op_),
+                                    dilation=tup(d), groups=g)
+    assert_close(plan(x), expected, rtol=RTOL, what="fast")
+
+
+@pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
+def test_pad_modes_fast_and_generic(mode):
+    x = rnd(2, 3, 5, 6)
+    pads = ((2, 1), (0, 3))
+    expected = F.pad(t(x), (0, 3, 2, 1), mode="constant" if mode == "zeros" else mode).numpy()
+    assert_close(fn.pad(x, pads, mode, xp=xnp), expected, what="generic")
+    assert_close(nf.pad(x, pads, mode), expected, what="fast")
+
+
+# ---------------------------------------------------------------------------------------------
+# pnnx export of a module with many convolutions
+
+class ConvZoo(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding="same", dilation=2, groups=8, bias=False)
+        self.refl = nn.Conv2d(8, 6, 3, padding=1, padding_mode="reflect")
+        self.rep = nn.Conv2d(6, 6, (3, 1), padding=(1, 0), padding_mode="replicate")
+        self.circ = nn.Conv2d(6, 6, 4, padding="same", padding_mode="circular")
+        self.valid = nn.Conv2d(6, 4, 2, padding="valid")
+        self.up = nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.pw = nn.Conv2d(4, 5, 1)
+        self.c1 = nn.Conv1d(3, 4, 3, padding=1, stride=2)
+        self.c1t = nn.ConvTranspose1d(4, 2, 4, stride=2, dilation=2)
+        self.w = nn.Parameter(torch.randn(5, 5, 3, 3) * 0.2)
+
+    def forward(self, x, y, k):
+        a = self.valid(self.circ(self.rep(self.refl(self.dw(self.stem(x))))))
+        a = self.pw(self.up(a))
+        b = F.conv2d(a, self.w, padding=1)
+        c = F.conv2d(a, k, stride=2)
+        d = self.c1t(self.c1(y))
+        return b, c, d
+
+
+@pytest.fixture(scope="session")
+def conv_zoo_export(tmp_path_factory):
+    from helpers import export_torch
+
+    torch.manual_seed(0)
+    m = ConvZoo().eval()
+    inputs = (torch.randn(1, 3, 18, 17), torch.randn(1, 3, 12), torch.randn(4, 5, 3, 3))
+    inputs2 = (torch.randn(2, 3, 20, 16), torch.randn(2, 3, 14), torch.randn(4, 5, 3, 3))
+    param = export_torch(m, inputs, tmp_path_factory.mktemp("convzoo"), inputs2=inputs2)
+    return m, param, inputs2
+
+
+def test_pnnx_conv_module_matches_torch(model_backend, conv_zoo_export):
+    from helpers import run_graph, torch_outputs
+
+    m, param, inputs = conv_zoo_export
+    text = param.read_text()
+    assert "padding_mode=circular" in text and "F.conv2d" in text and "nn.ConvTranspose1d" in text
+    expected = torch_outputs(m, inputs)
+    got = run_graph(param, model_backend, inputs)
+    for k, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, rtol=1e-4, what=f"output {k}")

@@ -1,0 +1,418 @@
+"""Misc layers (kuiper_xp/layers/misc.py) against PyTorch: where, comparisons, logic, masked_fill,
+creation ops, padding, topk/sort/argsort, tril/triu, index_select, gather.
+
+Single-operator graphs are written by hand (``one_op_param``, also used by the resize, norm and
+attention tests) so that these tests need no layer but the one under test; one pnnx export per
+family checks the real spellings end to end.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+from torch import nn
+
+import kuiper_xp
+from kuiper_xp.layers import BuildContext, registry
+from kuiper_xp.pnnx.param import parse_param_text
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared with test_layers_resize/norm/attention
+
+_SUFFIX = {"float32": "f32", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32",
+           "bool": "bool", "uint8": "u8", "int8": "i8"}
+
+
+def _shape_str(shape) -> str:
+    return "(" + ",".join(str(d) for d in shape) + ")"
+
+
+def _ann(name: str, a: np.ndarray) -> str:
+    return f"#{name}={_shape_str(a.shape)}{_SUFFIX[str(a.dtype)]}"
+
+
+def one_op_param(tmp_path: Path, op_type: str, inputs, outputs, params: str = "", weights=None,
+                 keys=None, name: str = "op") -> Path:
+    """Write ``m.pnnx.param`` (+ ``m.pnnx.bin``) holding one ``op_type`` operator fed by graph
+    inputs shaped like ``inputs`` and annotated with the shapes/dtypes of ``outputs`` (the
+    expected torch results). ``keys`` gives the ``$key`` of each input ('' for none)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    weights = weights or {}
+    keys = keys or [""] * len(inputs)
+    lines, n_ops = [], 0
+    for i, a in enumerate(inputs):
+        lines.append(f"pnnx.Input in{i} 0 1 i{i} {_ann(f'i{i}', a)}")
+        n_ops += 1
+    ins = " ".join(f"i{i}" for i in range(len(inputs)))
+    outs = " ".join(f"o{k}" for k in range(len(outputs)))
+    extra = [f"@{w}={_shape_str(a.shape)}{_SUFFIX[str(a.dtype)]}" for w, a in weights.items()]
+    extra += [f"${k}=i{i}" for i, k in enumerate(keys) if k]
+    extra += [_ann(f"i{i}", a) for i, a in enumerate(inputs)] + [_ann(f"o{k}", a) for k, a in enumerate(outputs)]
+    lines.append(f"{op_type} {name} {len(inputs)} {len(outputs)} {ins} {outs} {params} {' '.join(extra)}")
+    n_ops += 1
+    n_operands = len(inputs) + len(outputs)
+    if len(outputs) > 1:
+        lines.append(f"prim::TupleConstruct tup {len(outputs)} 1 {outs} t")
+        lines.append("pnnx.Output out 1 0 t")
+        n_ops += 2
+        n_operands += 1
+    else:
+        lines.append("pnnx.Output out 1 0 o0")
+        n_ops += 1
+    param = tmp_path / "m.pnnx.param"
+    param.write_text(f"7767517\n{n_ops} {n_operands}\n" + "\n".join(lines) + "\n")
+    with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w", zipfile.ZIP_STORED) as z:
+        for w, a in weights.items():
+            z.writestr(f"{name}.{w}", np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes())
+    return param
+
+
+def run_one_op(backend, tmp_path, op_type, inputs, expected, params="", weights=None, keys=None, rtol=1e-5):
+    """Build the one-operator graph, run it on ``backend`` and compare every output with torch."""
+    inputs = [np.asarray(a) for a in inputs]
+    expected = [np.asarray(e) for e in (expected if isinstance(expected, (list, tuple)) else [expected])]
+    param = one_op_param(tmp_path, op_type, inputs, expected, params, weights, keys)
+    g = kuiper_xp.load(param, backend=backend)
+    got = g(*inputs)
+    assert len(got) == len(expected)
+    for k, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, rtol=rtol, what=f"{op_type} output {k}")
+    return got
+
+
+def make_layer(backend, line: str, n_in: int = 1):
+    """Build the layer of a single param line whose inputs are operands 0..n_in-1."""
+    head = "".join(f"pnnx.Input in{i} 0 1 {i}\n" for i in range(n_in))
+    n_out = int(line.split()[3])
+    model = parse_param_text(f"7767517\n{n_in + 1} {n_in + n_out}\n{head}{line}\n")
+    return registry.create(model.operators[-1], BuildContext(backend))
+
+
+def t2n(t) -> np.ndarray:
+    return t.detach().numpy()
+
+
+def export_module(module, inputs, out_dir: Path, inputs2=None) -> Path:
+    """pnnx export (check_trace off: modules with several attention blocks trip the checker on
+    value names only); returns the .pnnx.param path."""
+    import pnnx
+    from helpers import quiet_fds
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = {} if inputs2 is None else {"inputs2": tuple(inputs2)}
+    param = out_dir / "m.pnnx.param"
+    with torch.no_grad(), quiet_fds():
+        try:
+            pnnx.export(module.eval(), str(out_dir / "m.pt"), tuple(inputs), check_trace=False, **kwargs)
+        except SyntaxError:
+            # pnnx imports the Python it generated at the end; raw aten:: ops make that invalid
+            # Python although the .pnnx.param/.bin are complete
+            if not param.exists():
+                raise
+    return param
+
+
+def require_types(param: Path) -> None:
+    """Skip when the exported graph needs an operator type no layer is registered for yet."""
+    types = {ln.split()[0] for ln in param.read_text().splitlines()[2:] if ln.strip()}
+    missing = sorted(t for t in types if t not in registry and t != "prim::TupleConstruct")
+    if missing:
+        pytest.skip(f"layers not registered yet: {', '.join(missing)}")
+
+
+def compare_graph(param: Path, backend, module, inputs, rtol=1e-4):
+    with torch.no_grad():
+        out = module.eval()(*inputs)
+    out = out if isinstance(out, tuple) else (out,)
+    g = kuiper_xp.load(param, backend=backend)
+    got = g(*[t2n(t) for t in inputs])
+    assert len(got) == len(out)
+    for k, (a, e) in enumerate(zip(got, out)):
+        assert_close(a, t2n(e), rtol=rtol, what=f"output {k}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+rng = np.random.default_rng(0)
+
+
+def randn(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# ---- where / comparisons / logic ------------------------------------------------------------
+
+
+def test_where_tensors(backend, tmp_path):
+    c, a, b = randn(2, 3) > 0, randn(2, 3), randn(1, 3)
+    e = torch.where(torch.from_numpy(c), torch.from_numpy(a), torch.from_numpy(b))
+    run_one_op(backend, tmp_path, "torch.where", [c, a, b], t2n(e), keys=["condition", "input", "other"])
+
+
+@pytest.mark.parametrize("params,dtype", [("other=0.0", np.float32), ("input=1.0 other=0.0", np.float32),
+                                          ("other=2", np.int64)])
+def test_where_scalars(backend, tmp_path, params, dtype):
+    c, a = randn(3, 4) > 0, (randn(3, 4) * 5).astype(dtype)
+    kw = dict(kv.split("=") for kv in params.split())
+    inp = float(kw["input"]) if "input" in kw else torch.from_numpy(a)
+    other = float(kw["other"]) if "." in kw["other"] else int(kw["other"])
+    e = torch.where(torch.from_numpy(c), inp, other)
+    ins, keys = ([c], ["condition"]) if "input" in kw else ([c, a], ["condition", "input"])
+    run_one_op(backend, tmp_path, "torch.where", ins, t2n(e), params=params, keys=keys)
+
+
+@pytest.mark.parametrize("op", ["eq", "ne", "gt", "ge", "lt", "le"])
+def test_compare(backend, tmp_path, op):
+    a = np.round(randn(3, 4)).astype(np.float32)
+    b = np.round(randn(1, 4)).astype(np.float32)
+    fn = getattr(torch, op)
+    run_one_op(backend, tmp_path / "t", f"torch.{op}", [a, b], t2n(fn(torch.from_numpy(a), torch.from_numpy(b))),
+               keys=["input", "other"])
+    run_one_op(backend, tmp_path / "s", f"torch.{op}", [a], t2n(fn(torch.from_numpy(a), 0.5)),
+               params="other=0.5", keys=["input"])
+
+
+def test_compare_int_with_float_scalar(backend, tmp_path):
+    a = np.arange(-3, 3, dtype=np.int64)
+    run_one_op(backend, tmp_path, "torch.gt", [a], t2n(torch.gt(torch.from_numpy(a), 0.5)), params="other=0.5",
+               keys=["input"])
+
+
+@pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or"])
+def test_logical(backend, tmp_path, op):
+    a, b = randn(2, 5) > 0, randn(2, 5) > 0
+    e = getattr(torch, op)(torch.from_numpy(a), torch.from_numpy(b))
+    run_one_op(backend, tmp_path, f"torch.{op}", [a, b], t2n(e), keys=["input", "other"])
+
+
+def test_logical_not_and_bitwise(backend, tmp_path):
+    m = randn(3, 3) > 0
+    run_one_op(backend, tmp_path / "a", "torch.logical_not", [m], ~m, keys=["input"])
+    run_one_op(backend, tmp_path / "b", "torch.bitwise_not", [m], ~m, keys=["input"])
+    i = np.arange(6, dtype=np.int64)
+    run_one_op(backend, tmp_path / "c", "torch.bitwise_not", [i], t2n(torch.bitwise_not(torch.from_numpy(i))),
+               keys=["input"])
+    f = randn(4)
+    run_one_op(backend, tmp_path / "d", "torch.logical_and", [f, m[0, :1].astype(np.float32)],
+               t2n(torch.logical_and(torch.from_numpy(f), torch.from_numpy(m[0, :1].astype(np.float32)))),
+               keys=["input", "other"])
+
+
+@pytest.mark.parametrize("value", ["-1.0", "-inf", "3"])
+def test_masked_fill(backend, tmp_path, value):
+    x, m = randn(2, 3, 4), randn(3, 4) > 0
+    e = torch.from_numpy(x).masked_fill(torch.from_numpy(m), float(value))
+    run_one_op(backend, tmp_path, "Tensor.masked_fill", [x, m], t2n(e), params=f"value={value}", keys=["input", "mask"])
+
+
+# ---- creation ---------------------------------------------------------------------------------
+
+
+def test_creation_static(backend, tmp_path):
+    run_one_op(backend, tmp_path / "z", "torch.zeros", [], np.zeros((2, 3), np.float32), params="size=(2,3) dtype=None")
+    run_one_op(backend, tmp_path / "o", "torch.ones", [], np.ones((4,), bool), params="size=(4) dtype=torch.bool")
+    run_one_op(backend, tmp_path / "f", "torch.full", [], np.full((2, 2), -np.inf, np.float32),
+               params="size=(2,2) fill_value=-inf dtype=None")
+    run_one_op(backend, tmp_path / "a", "torch.arange", [], np.arange(2, 11, 3), params="start=2 end=11 step=3 dtype=None")
+    run_one_op(backend, tmp_path / "af", "torch.arange", [], t2n(torch.arange(0, 1, 0.25)),
+               params="start=0 end=1 step=0.25 dtype=None")
+    x = randn(2, 3)
+    run_one_op(backend, tmp_path / "zl", "torch.zeros_like", [x], np.zeros_like(x), keys=["input"])
+    run_one_op(backend, tmp_path / "fl", "torch.full_like", [x], np.full_like(x, 7), params="fill_value=7",
+               keys=["input"])
+    run_one_op(backend, tmp_path / "nz", "Tensor.new_ones", [x], np.ones((3, 1), np.float32),
+               params="size=(3,1) dtype=None", keys=["input"])
+
+
+def test_creation_dynamic_size(backend):
+    """Sizes and arange bounds fed by pnnx.Expression outputs (Python ints or 0-d arrays)."""
+    xp = backend.xp
+    layer = make_layer(backend, "torch.ones op 1 1 0 1 dtype=None $size=0")
+    assert_close(layer.forward([2, 3]), np.ones((2, 3), np.float32))
+    layer = make_layer(backend, "torch.full op 1 1 0 1 fill_value=2.5 dtype=None $size=0")
+    assert_close(layer.forward([xp.asarray(4, device=backend.device)]), np.full((4,), 2.5, np.float32))
+    layer = make_layer(backend, "Tensor.new_zeros op 2 1 0 1 2 dtype=None $input=0 $size=1", n_in=2)
+    x = backend.asarray(randn(2, 2).astype(np.float64))
+    assert_close(layer.forward(x, (3, 1)), np.zeros((3, 1), np.float64))
+    layer = make_layer(backend, "torch.arange op 1 1 0 1 dtype=None $end=0")
+    assert_close(layer.forward(5), np.arange(5))
+    assert_close(layer.forward(xp.asarray(3, device=backend.device)), np.arange(3))
+
+
+# ---- padding ------------------------------------------------------------------------------------
+
+
+PAD_CASES = [
+    ("constant", (1, 2), 0.0), ("constant", (1, 2, 0, 3), 1.5), ("constant", (-1, 2, 1, -2), 0.0),
+    ("reflect", (1, 2), None), ("reflect", (2, 1, 1, 3), None), ("replicate", (1, 2, 3, 0), None),
+    ("replicate", (2, -1), None), ("circular", (1, 2, 2, 1), None), ("circular", (3, 0), None),
+]
+
+
+@pytest.mark.parametrize("mode,pad,value", PAD_CASES)
+def test_f_pad(backend, tmp_path, mode, pad, value):
+    x = randn(2, 4, 5)
+    kw = {} if value is None else {"value": value}
+    e = F.pad(torch.from_numpy(x), pad, mode=mode, **kw)
+    params = f"mode={mode} pad={_shape_str(pad)} value={'None' if value is None else value}"
+    run_one_op(backend, tmp_path, "F.pad", [x], t2n(e), params=params, keys=["input"])
+
+
+def test_pad_int_and_3d(backend, tmp_path):
+    x = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
+    e = F.pad(torch.from_numpy(x), (1, 1, 1, 0, 0, 1), value=-7)
+    run_one_op(backend, tmp_path, "F.pad", [x], t2n(e), params="mode=constant pad=(1,1,1,0,0,1) value=-7",
+               keys=["input"])
+
+
+@pytest.mark.parametrize("module,params", [
+    (nn.ZeroPad2d((1, 2, 0, 1)), "padding=(1,2,0,1)"),
+    (nn.ConstantPad1d(2, 3.5), "padding=(2,2) value=3.5"),
+    (nn.ReflectionPad2d(1), "padding=(1,1,1,1)"),
+    (nn.ReplicationPad2d((1, 0, 2, 1)), "padding=(1,0,2,1)"),
+    (nn.CircularPad2d(1), "padding=(1,1,1,1)"),
+])
+def test_pad_modules(backend, tmp_path, module, params):
+    x = randn(1, 2, 3, 4)
+    run_one_op(backend, tmp_path, f"nn.{type(module).__name__}", [x], t2n(module(torch.from_numpy(x))),
+               params=params)
+
+
+# ---- sort / topk ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k,dim,largest", [(3, 1, True), (2, -1, False), (1, 0, True), (5, -1, True)])
+def test_topk(backend, tmp_path, k, dim, largest):
+    x = randn(4, 5)
+    v, i = torch.topk(torch.from_numpy(x), k, dim=dim, largest=largest)
+    run_one_op(backend, tmp_path, "torch.topk", [x], [t2n(v), t2n(i)],
+               params=f"dim={dim} k={k} largest={largest} sorted=True", keys=["input"])
+
+
+@pytest.mark.parametrize("dim,descending", [(1, False), (-1, True), (0, True)])
+def test_sort_argsort(backend, tmp_path, dim, descending):
+    x = randn(3, 4, 5)
+    v, i = torch.sort(torch.from_numpy(x), dim=dim, descending=descending)
+    run_one_op(backend, tmp_path / "s", "torch.sort", [x], [t2n(v), t2n(i)],
+               params=f"dim={dim} descending={descending}", keys=["input"])
+    a = torch.argsort(torch.from_numpy(x), dim=dim, descending=descending)
+    run_one_op(backend, tmp_path / "a", "torch.argsort", [x], t2n(a), params=f"dim={dim} descending={descending}",
+               keys=["input"])
+
+
+def test_aten_sort_and_triangles_with_scalar_inputs(backend):
+    """``aten::sort(x, dim, descending)`` / ``aten::tril(x, diagonal)`` get their scalars as
+    inputs from constant pnnx.Expression ops."""
+    x = randn(4, 6)
+    xb = backend.asarray(x)
+    v, i = torch.sort(torch.from_numpy(x), dim=1, descending=True)
+    layer = make_layer(backend, "aten::sort op 3 2 0 1 2 3 4", n_in=3)
+    got = layer.forward(xb, 1, True)
+    assert_close(got[0], t2n(v))
+    assert_close(got[1], t2n(i))
+    layer = make_layer(backend, "aten::argsort op 3 1 0 1 2 3", n_in=3)
+    assert_close(layer.forward(xb, -1, False), t2n(torch.argsort(torch.from_numpy(x), dim=-1)))
+    for k in (-1, 0, 2):
+        for kind in ("tril", "triu"):
+            layer = make_layer(backend, f"aten::{kind} op 2 1 0 1 2", n_in=2)
+            assert_close(layer.forward(xb, k), t2n(getattr(torch, kind)(torch.from_numpy(x), k)))
+
+
+@pytest.mark.parametrize("kind,diag", [("tril", 0), ("triu", 1), ("tril", -1)])
+def test_torch_tril_triu(backend, tmp_path, kind, diag):
+    x = randn(2, 4, 5)
+    e = getattr(torch, kind)(torch.from_numpy(x), diag)
+    run_one_op(backend, tmp_path, f"torch.{kind}", [x], t2n(e), params=f"diagonal={diag}", keys=["input"])
+
+
+# ---- indexing ---------------------------------------------------------------------------------
+
+
+def test_index_select_and_gather(backend, tmp_path):
+    x = randn(3, 6)
+    idx = np.array([0, 5, 2, 2], dtype=np.int64)
+    e = torch.index_select(torch.from_numpy(x), 1, torch.from_numpy(idx))
+    run_one_op(backend, tmp_path / "i", "torch.index_select", [x, idx], t2n(e), params="dim=1", keys=["input", "index"])
+    gi = np.array([[1, 0], [2, 2]], dtype=np.int64)  # smaller than the input outside dim
+    e = torch.gather(torch.from_numpy(x), 0, torch.from_numpy(gi))
+    run_one_op(backend, tmp_path / "g", "torch.gather", [x, gi], t2n(e), params="dim=0", keys=["input", "index"])
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+def test_bad_parameters_name_the_op(backend):
+    from kuiper_xp.errors import LayerParameterError
+
+    with pytest.raises(LayerParameterError, match="F.pad 'op'.*mode"):
+        make_layer(backend, "F.pad op 1 1 0 1 mode=wrap pad=(1,1)")
+    with pytest.raises(LayerParameterError, match="torch.where"):
+        make_layer(backend, "torch.where op 1 1 0 1 $condition=0")
+    with pytest.raises(LayerParameterError, match="topk.*k"):
+        make_layer(backend, "torch.topk op 1 2 0 1 2 dim=0 k=-1")
+
+
+# ---- pnnx end to end ----------------------------------------------------------------------------
+
+
+class MiscModule(nn.Module):
+    def forward(self, x, y, idx, tok):
+        m = x > 0.2
+        r = [torch.where(x > y, x, y), torch.where(m, x, 0.0), torch.eq(x, y), x <= 0.1, torch.ne(x, 0.3),
+             torch.logical_and(m, y < 0.5), torch.logical_not(m), x.masked_fill(~m, float("-inf"))]
+        x4 = x.unsqueeze(0)
+        r += [F.pad(x, (1, 2), value=1.5), F.pad(x4, (1, 2, 2, 1), mode="reflect"),
+              F.pad(x4, (1, 2, 0, 1), mode="replicate"), F.pad(x4, (1, 1, 1, 1), mode="circular"),
+              F.pad(x, (-1, 2))]
+        v, i = torch.topk(x, 3, dim=1)
+        r += [v, i]
+        v, i = torch.sort(x, dim=1, descending=True)
+        r += [v, i, torch.argsort(y, dim=-1), torch.tril(x), torch.triu(x, 1)]
+        r += [torch.index_select(x, 1, idx), torch.gather(x, 1, tok)]
+        return tuple(r)
+
+
+@pytest.fixture(scope="session")
+def misc_export(tmp_path_factory):
+    torch.manual_seed(0)
+    x, y = torch.rand(3, 8), torch.rand(3, 8)
+    idx = torch.tensor([0, 3, 1, 7])
+    tok = torch.randint(0, 8, (3, 5))
+    inputs = (x, y, idx, tok)
+    return export_module(MiscModule(), inputs, tmp_path_factory.mktemp("misc")), inputs
+
+
+def test_misc_export_matches_torch(misc_export, model_backend):
+    param, inputs = misc_export
+    text = param.read_text()
+    for t in ("torch.where", "torch.gt", "torch.eq", "torch.le", "torch.ne", "torch.logical_and", "F.pad",
+              "torch.topk", "aten::sort", "aten::argsort", "aten::tril", "aten::triu", "Tensor.masked_fill",
+              "torch.index_select", "torch.gather"):
+        assert t in text, f"pnnx no longer emits {t}"
+    require_types(param)
+    compare_graph(param, model_backend, MiscModule(), inputs)
+
+
+class DynamicCreation(nn.Module):
+    def forward(self, s):
+        T = s.size(1)
+        causal = torch.triu(torch.ones(T, T), diagonal=1)
+        keep = torch.ones(T, T, dtype=torch.bool).tril()
+        return (s + torch.arange(T).float(), causal, s[:, :, :T].masked_fill(~keep, -1e4),
+                torch.full((T,), 2.0), s.new_zeros(s.shape))
+
+
+def test_dynamic_creation_export(model_backend, tmp_path_factory):
+    s, s2 = torch.rand(2, 5, 5), torch.rand(3, 6, 6)
+    param = export_module(DynamicCreation(), (s,), tmp_path_factory.mktemp("dyncreate"), inputs2=(s2,))
+    text = param.read_text()
+    assert "torch.arange" in text and "torch.ones" in text and "Tensor.new_zeros" in text
+    require_types(param)
+    compare_graph(param, model_backend, DynamicCreation(), (s2,))
+    compare_graph(param, model_backend, DynamicCreation(), (s,))

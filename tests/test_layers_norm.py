@@ -1,0 +1,169 @@
+"""Normalisation layers (kuiper_xp/layers/norm.py) against PyTorch: LayerNorm, RMSNorm,
+GroupNorm, InstanceNorm, F.normalize; plus a pnnx export of the real spellings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+from test_layers_misc import (
+    compare_graph,
+    export_module,
+    make_layer,
+    require_types,
+    run_one_op,
+    t2n,
+)
+from torch import nn
+
+rng = np.random.default_rng(2)
+
+
+def _x(*shape, scale=1.0, shift=0.0):
+    return (rng.standard_normal(shape) * scale + shift).astype(np.float32)
+
+
+def _shape(s):
+    return "(" + ",".join(map(str, s)) + ")"
+
+
+@pytest.mark.parametrize("shape,norm_shape,affine,eps", [
+    ((2, 5, 8), (8,), True, 1e-5), ((2, 5, 8), (5, 8), True, 1e-3), ((3, 8), (8,), False, 1e-6),
+    ((1, 2, 3, 4), (3, 4), True, 1e-5),
+])
+def test_layer_norm(backend, tmp_path, shape, norm_shape, affine, eps):
+    x = _x(*shape, scale=3.0, shift=2.0)
+    w, b = _x(*norm_shape), _x(*norm_shape)
+    tw, tb = (torch.from_numpy(w), torch.from_numpy(b)) if affine else (None, None)
+    e = F.layer_norm(torch.from_numpy(x), norm_shape, tw, tb, eps)
+    params = f"elementwise_affine={affine} eps={eps:e} normalized_shape={_shape(norm_shape)}"
+    run_one_op(backend, tmp_path / "nn", "nn.LayerNorm", [x], t2n(e), params=params,
+               weights={"weight": w, "bias": b} if affine else None)
+    # F.layer_norm with weight/bias as inputs ($weight/$bias)
+    ins, keys = ([x, w, b], ["input", "weight", "bias"]) if affine else ([x], ["input"])
+    run_one_op(backend, tmp_path / "f", "F.layer_norm", ins, t2n(e),
+               params=f"eps={eps:e} normalized_shape={_shape(norm_shape)}", keys=keys)
+
+
+@pytest.mark.parametrize("eps", [None, 1e-5, 0.1])
+@pytest.mark.parametrize("affine", [True, False])
+def test_rms_norm(backend, tmp_path, eps, affine):
+    x = _x(2, 3, 16, scale=2.0)
+    w = _x(16)
+    e = F.rms_norm(torch.from_numpy(x), (16,), torch.from_numpy(w) if affine else None, eps)
+    params = f"elementwise_affine={affine} eps={eps} normalized_shape=(16)"
+    run_one_op(backend, tmp_path / "nn", "nn.RMSNorm", [x], t2n(e), params=params,
+               weights={"weight": w} if affine else None)
+    run_one_op(backend, tmp_path / "f", "F.rms_norm", [x, w] if affine else [x], t2n(e),
+               params=f"eps={eps} normalized_shape=(16)", keys=["input", "weight"] if affine else ["input"])
+
+
+def test_rms_norm_tiny_values_use_dtype_eps(backend, tmp_path):
+    x = _x(2, 4, scale=1e-5)
+    e = F.rms_norm(torch.from_numpy(x), (4,))
+    run_one_op(backend, tmp_path, "F.rms_norm", [x], t2n(e), params="eps=None normalized_shape=(4) weight=None",
+               keys=["input"])
+
+
+@pytest.mark.parametrize("shape,groups,affine", [((2, 6, 3, 4), 3, True), ((2, 6, 5), 2, False),
+                                                 ((1, 4, 2, 2, 2), 4, True), ((3, 4), 1, True)])
+def test_group_norm(backend, tmp_path, shape, groups, affine):
+    x = _x(*shape, scale=2.0, shift=1.0)
+    c = shape[1]
+    w, b = _x(c), _x(c)
+    e = F.group_norm(torch.from_numpy(x), groups, torch.from_numpy(w) if affine else None,
+                     torch.from_numpy(b) if affine else None, 1e-5)
+    run_one_op(backend, tmp_path / "nn", "nn.GroupNorm", [x], t2n(e),
+               params=f"affine={affine} eps=1e-05 num_channels={c} num_groups={groups}",
+               weights={"weight": w, "bias": b} if affine else None)
+    ins, keys = ([x, w, b], ["input", "weight", "bias"]) if affine else ([x], ["input"])
+    run_one_op(backend, tmp_path / "f", "F.group_norm", ins, t2n(e), params=f"eps=1e-05 num_groups={groups}", keys=keys)
+
+
+@pytest.mark.parametrize("kind,shape", [("nn.InstanceNorm1d", (2, 3, 7)), ("nn.InstanceNorm2d", (2, 3, 4, 5)),
+                                        ("nn.InstanceNorm3d", (1, 3, 2, 3, 4))])
+@pytest.mark.parametrize("affine,track", [(True, False), (False, True)])
+def test_instance_norm(backend, tmp_path, kind, shape, affine, track):
+    x = _x(*shape, scale=2.0, shift=-1.0)
+    cls = getattr(nn, kind.split(".")[1])
+    m = cls(3, affine=affine, track_running_stats=track).eval()
+    weights = {}
+    with torch.no_grad():
+        if affine:
+            m.weight.copy_(torch.from_numpy(_x(3)))
+            m.bias.copy_(torch.from_numpy(_x(3)))
+            weights = {"weight": t2n(m.weight), "bias": t2n(m.bias)}
+        if track:
+            m.running_mean.copy_(torch.from_numpy(_x(3)))
+            m.running_var.copy_(torch.from_numpy(np.abs(_x(3)) + 0.5))
+            weights.update(running_mean=t2n(m.running_mean), running_var=t2n(m.running_var))
+        e = m(torch.from_numpy(x))
+    run_one_op(backend, tmp_path, kind, [x], t2n(e), weights=weights,
+               params=f"affine={affine} eps=1e-05 num_features=3 track_running_stats={track}")
+
+
+@pytest.mark.parametrize("p,dim", [(2.0, 1), (1.0, -1), (3.0, 0)])
+def test_normalize(backend, tmp_path, p, dim):
+    x = _x(3, 4, 5)
+    e = F.normalize(torch.from_numpy(x), p=p, dim=dim)
+    run_one_op(backend, tmp_path, "F.normalize", [x], t2n(e), params=f"dim={dim} eps=1e-12 p={p}", keys=["input"])
+
+
+def test_norm_errors(backend):
+    from kuiper_xp.errors import LayerParameterError, ShapeError
+
+    layer = make_layer(backend, "nn.LayerNorm op 1 1 0 1 elementwise_affine=False eps=1e-5 normalized_shape=(8)")
+    with pytest.raises(ShapeError, match="normalized_shape"):
+        layer.forward(backend.asarray(_x(2, 4)))
+    with pytest.raises(LayerParameterError, match="num_groups"):
+        make_layer(backend, "nn.GroupNorm op 1 1 0 1 affine=False eps=1e-5 num_channels=6 num_groups=4")
+    layer = make_layer(backend, "F.rms_norm op 1 1 0 1 eps=None normalized_shape=(4) weight=None $input=0")
+    x64 = (_x(2, 4) * 1e-9).astype(np.float64)  # eps=None: float64's machine epsilon, not float32's
+    assert_close(layer.forward(backend.asarray(x64)), t2n(F.rms_norm(torch.from_numpy(x64), (4,))), rtol=1e-6)
+
+
+# ---- pnnx end to end ------------------------------------------------------------------------------
+
+
+class NormModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.ln2 = nn.LayerNorm((5, 16), elementwise_affine=False, eps=1e-3)
+        self.rms = nn.RMSNorm(16)
+        self.rms2 = nn.RMSNorm(16, eps=1e-5)
+        self.gn = nn.GroupNorm(2, 4)
+        self.inn = nn.InstanceNorm2d(4, affine=True)
+        self.inr = nn.InstanceNorm2d(4, track_running_stats=True)
+        self.g = nn.Parameter(torch.rand(4) + 0.5)
+        with torch.no_grad():
+            for m in (self.ln, self.rms, self.rms2, self.gn, self.inn):
+                m.weight.uniform_(0.5, 1.5)
+                if getattr(m, "bias", None) is not None:
+                    m.bias.uniform_(-0.5, 0.5)
+            self.inr.running_mean.uniform_(-0.5, 0.5)
+            self.inr.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x, img):
+        return (self.ln(x), self.ln2(x), self.rms(x), self.rms2(x), F.layer_norm(x, (16,)), F.rms_norm(x, (16,)),
+                self.gn(img), F.group_norm(img, 2, self.g), self.inn(img), self.inr(img))
+
+
+@pytest.fixture(scope="session")
+def norm_export(tmp_path_factory):
+    torch.manual_seed(0)
+    module = NormModule().eval()
+    inputs = (torch.randn(2, 5, 16) * 2 + 1, torch.randn(2, 4, 3, 3))
+    return export_module(module, inputs, tmp_path_factory.mktemp("norm")), module, inputs
+
+
+def test_norm_export_matches_torch(norm_export, model_backend):
+    param, module, inputs = norm_export
+    text = param.read_text()
+    for t in ("nn.LayerNorm", "F.layer_norm", "nn.RMSNorm", "F.rms_norm", "nn.GroupNorm", "F.group_norm",
+              "nn.InstanceNorm2d", "eps=None", "@running_mean"):
+        assert t in text, f"pnnx no longer emits {t}"
+    require_types(param)
+    compare_graph(param, model_backend, module, inputs)

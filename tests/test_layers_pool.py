@@ -1,0 +1,218 @@
+"""Pooling layers (kuiper_xp/layers/pooling.py) against torch.nn.functional on every backend leg,
+the NumPy max-pool fast path against the generic kernel, and one pnnx export end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from array_api_compat import numpy as xnp
+from conftest import assert_close
+from kuiper_xp.backends import get_backend
+from test_layers_conv import op_graph, rnd, run_op, t
+from torch import nn
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.layers import functional as fn
+
+# (batch, c, h, w, kernel, stride, padding, dilation, ceil_mode)
+MAXPOOL = [
+    (1, 3, 11, 13, 3, 2, 1, 1, False),
+    (2, 2, 11, 13, 3, 2, 1, 1, True),
+    (1, 2, 9, 9, 2, None, 0, 1, False),
+    (1, 3, 10, 7, (2, 3), (1, 2), (1, 1), 2, True),
+    (2, 2, 8, 8, 3, 3, 1, 1, True),
+    (1, 2, 5, 6, 5, 1, 2, 1, False),
+    (1, 1, 7, 7, 3, 2, 0, 2, True),
+]
+
+
+def _pair(v):
+    return v if isinstance(v, tuple) else (v, v)
+
+
+def _pool_params(k, s, p, d=None, ceil=False, nd=2, **extra):
+    def tup(v):
+        return v if isinstance(v, tuple) else (v,) * nd
+    params = {"ceil_mode": ceil, "kernel_size": tup(k), "padding": tup(p), "stride": None if s is None else tup(s)}
+    if d is not None:
+        params["dilation"] = tup(d)
+    return params | extra
+
+
+@pytest.mark.parametrize("case", MAXPOOL, ids=[f"c{i}" for i in range(len(MAXPOOL))])
+def test_max_pool2d_matches_torch(backend, tmp_path, case):
+    n, c, h, w, k, s, p, d, ceil = case
+    x = rnd(n, c, h, w)
+    expected = F.max_pool2d(t(x), k, s, p, d, ceil_mode=ceil).numpy()
+    params = _pool_params(k, s, p, d, ceil, return_indices=False)
+    run_op(backend, tmp_path, "F.max_pool2d" if s is None else "nn.MaxPool2d", params, [x], expected)
+
+
+@pytest.mark.parametrize("case", MAXPOOL[:4], ids=[f"c{i}" for i in range(4)])
+def test_max_pool2d_return_indices(backend, tmp_path, case):
+    n, c, h, w, k, s, p, d, ceil = case
+    x = rnd(n, c, h, w)
+    y, idx = F.max_pool2d(t(x), k, s, p, d, ceil_mode=ceil, return_indices=True)
+    params = _pool_params(k, s, p, d, ceil, return_indices=True)
+    run_op(backend, tmp_path, "nn.MaxPool2d", params, [x], [y.numpy(), idx.numpy()])
+
+
+# (batch, c, h, w, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
+AVGPOOL = [
+    (1, 3, 11, 13, 3, 2, 1, False, True, None),
+    (2, 2, 11, 13, 3, 2, 1, True, False, None),
+    (1, 2, 11, 13, 3, 2, 1, True, True, None),
+    (1, 2, 9, 8, 2, None, 0, False, True, None),
+    (1, 2, 10, 7, (2, 3), (1, 2), (1, 1), True, False, None),
+    (2, 2, 8, 9, 2, 2, 0, False, True, 3),
+    (1, 2, 7, 7, 3, 2, 1, True, True, 5),
+    (1, 1, 6, 6, 4, 3, 2, True, False, None),
+]
+
+
+@pytest.mark.parametrize("case", AVGPOOL, ids=[f"c{i}" for i in range(len(AVGPOOL))])
+def test_avg_pool2d_matches_torch(backend, tmp_path, case):
+    n, c, h, w, k, s, p, ceil, cip, div = case
+    x = rnd(n, c, h, w)
+    expected = F.avg_pool2d(t(x), k, s, p, ceil, cip, div).numpy()
+    params = _pool_params(k, s, p, None, ceil, count_include_pad=cip, divisor_override=div)
+    run_op(backend, tmp_path, "F.avg_pool2d" if s is None else "nn.AvgPool2d", params, [x], expected)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pool1d_matches_torch(backend, tmp_path, kind):
+    x = rnd(2, 3, 11)
+    if kind == "max":
+        expected = F.max_pool1d(t(x), 3, 2, 1, 1, ceil_mode=True).numpy()
+        params = _pool_params(3, 2, 1, 1, True, nd=1, return_indices=False)
+        run_op(backend, tmp_path, "nn.MaxPool1d", params, [x], expected)
+    else:
+        expected = F.avg_pool1d(t(x), 3, 2, 1, True, False).numpy()
+        params = _pool_params(3, 2, 1, None, True, nd=1, count_include_pad=False)
+        run_op(backend, tmp_path, "nn.AvgPool1d", params, [x], expected)
+
+
+def test_pool_unbatched_input(backend, tmp_path):
+    x = rnd(3, 9, 8)
+    expected = F.max_pool2d(t(x), 3, 2, 1).numpy()
+    run_op(backend, tmp_path, "nn.MaxPool2d", _pool_params(3, 2, 1, 1, False), [x], expected)
+
+
+ADAPTIVE = [(1, 1), (3, 4), (5, 5), (4, 7), (11, 13), (2, 13), (7, 3), (3, None), (None, 5), (12, 15)]
+
+
+@pytest.mark.parametrize("size", ADAPTIVE, ids=[str(s) for s in ADAPTIVE])
+def test_adaptive_avg_pool2d_matches_torch(backend, tmp_path, size):
+    x = rnd(2, 3, 11, 13)
+    expected = F.adaptive_avg_pool2d(t(x), size).numpy()
+    out = tuple(0 if v is None else v for v in size)  # pnnx writes torch's None as 0
+    run_op(backend, tmp_path, "nn.AdaptiveAvgPool2d", {"output_size": out}, [x], expected)
+
+
+@pytest.mark.parametrize("size", ADAPTIVE, ids=[str(s) for s in ADAPTIVE])
+def test_adaptive_max_pool2d_matches_torch(backend, tmp_path, size):
+    x = rnd(2, 3, 11, 13)
+    y, idx = F.adaptive_max_pool2d(t(x), size, return_indices=True)
+    out = tuple(0 if v is None else v for v in size)
+    run_op(backend, tmp_path, "nn.AdaptiveMaxPool2d", {"output_size": out, "return_indices": False}, [x],
+           y.numpy())
+    run_op(backend, tmp_path / "f", "F.adaptive_max_pool2d", {"output_size": out, "return_indices": True},
+           [x], [y.numpy(), idx.numpy()])
+
+
+@pytest.mark.parametrize("size", [1, 3, 4, 11])
+def test_adaptive_pool1d_matches_torch(backend, tmp_path, size):
+    x = rnd(2, 3, 11)
+    run_op(backend, tmp_path, "nn.AdaptiveAvgPool1d", {"output_size": (size,)}, [x],
+           F.adaptive_avg_pool1d(t(x), size).numpy())
+    y, idx = F.adaptive_max_pool1d(t(x), size, return_indices=True)
+    run_op(backend, tmp_path / "m", "F.adaptive_max_pool1d", {"output_size": (size,), "return_indices": True},
+           [x], [y.numpy(), idx.numpy()])
+
+
+# ---------------------------------------------------------------------------------------------
+# errors
+
+@pytest.mark.parametrize("op_type, params, needle", [
+    ("nn.MaxPool2d", _pool_params(2, 2, 2, 1, False), "padding"),
+    ("nn.MaxPool2d", _pool_params(0, 1, 0, 1, False), "kernel_size"),
+    ("nn.AvgPool2d", _pool_params(2, 2, 0, None, False, divisor_override=0), "divisor_override"),
+    ("nn.MaxPool2d", _pool_params(2, 2, 0, 1, False, return_indices=True), "return_indices"),
+    ("nn.AdaptiveAvgPool2d", {"output_size": (1, 2, 3)}, "output_size"),
+    ("nn.AdaptiveAvgPool2d", {"output_size": "big"}, "output_size"),
+])
+def test_pool_bad_parameters_fail_at_build(tmp_path, op_type, params, needle):
+    with pytest.raises(LayerParameterError) as ei:
+        op_graph(tmp_path, op_type, params, [rnd(1, 2, 6, 6)], 1, annotate=False)
+    assert needle in str(ei.value) and f"{op_type} 'op'" in str(ei.value)
+
+
+def test_pool_output_would_be_empty_raises_shape_error(backend, tmp_path):
+    g = op_graph(tmp_path, "nn.MaxPool2d", _pool_params(3, 1, 0, 1, False), [rnd(1, 2, 6, 6)], 1,
+                 backend=backend, annotate=False)
+    with pytest.raises(ShapeError, match="empty"):
+        g(rnd(1, 2, 2, 6))
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy fast max pool against the generic kernel and torch
+
+@pytest.mark.parametrize("case", MAXPOOL, ids=[f"c{i}" for i in range(len(MAXPOOL))])
+def test_numpy_fast_max_pool_matches_generic(case):
+    n, c, h, w, k, s, p, d, ceil = case
+    s = k if s is None else s
+    x = rnd(n, c, h, w)
+    expected = F.max_pool2d(t(x), k, s, p, d, ceil_mode=ceil).numpy()
+    args = (_pair(k), _pair(s), _pair(p), _pair(d), ceil)
+    assert_close(fn.max_pool2d(x, *args, xp=xnp), expected, what="generic")
+    assert_close(get_backend("numpy").fast.max_pool2d(x, *args), expected, what="fast")
+
+
+# ---------------------------------------------------------------------------------------------
+# pnnx export of a module with every pooling form
+
+class PoolZoo(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mp = nn.MaxPool2d(3, 2, 1, ceil_mode=True)
+        self.ap = nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False)
+        self.aap = nn.AdaptiveAvgPool2d((3, None))
+        self.amp = nn.AdaptiveMaxPool2d(4)
+        self.mp1 = nn.MaxPool1d(3, 2)
+        self.aap1 = nn.AdaptiveAvgPool1d(4)
+
+    def forward(self, x, y):
+        return (self.mp(x), self.ap(x), self.aap(x), self.amp(x), F.max_pool2d(x, 2),
+                F.avg_pool2d(x, 3, stride=2, padding=1), F.adaptive_avg_pool2d(x, (2, 3)),
+                F.adaptive_max_pool2d(x, 3), self.mp1(y), self.aap1(y), F.avg_pool1d(y, 2))
+
+
+@pytest.fixture(scope="session")
+def pool_zoo_export(tmp_path_factory):
+    from helpers import export_torch
+
+    m = PoolZoo().eval()
+    inputs = (torch.randn(1, 4, 11, 13), torch.randn(1, 4, 11))
+    inputs2 = (torch.randn(2, 4, 12, 9), torch.randn(2, 4, 10))
+    return m, export_torch(m, inputs, tmp_path_factory.mktemp("poolzoo"), inputs2=inputs2), inputs2
+
+
+def test_pnnx_pool_module_matches_torch(model_backend, pool_zoo_export):
+    from helpers import run_graph, torch_outputs
+
+    m, param, inputs = pool_zoo_export
+    assert "return_indices=True" in param.read_text()  # F.adaptive_max_pool2d keeps its indices
+    expected = torch_outputs(m, inputs)
+    got = run_graph(param, model_backend, inputs)
+    assert len(got) == len(expected)
+    for k, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, rtol=1e-5, what=f"output {k}")
+
+
+def test_max_pool_nan_propagates(backend, tmp_path):
+    x = rnd(1, 1, 4, 4)
+    x[0, 0, 1, 1] = np.nan
+    expected = F.max_pool2d(t(x), 2).numpy()
+    run_op(backend, tmp_path, "nn.MaxPool2d", _pool_params(2, 2, 0, 1, False), [x], expected)

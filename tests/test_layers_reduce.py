@@ -1,0 +1,282 @@
+"""Reduction layers against torch: every reduction over dims (int, list, negative, all) and
+keepdim on every backend leg, torch's result dtypes (sum of int32 is int64, indices are int64,
+mean of an int tensor is an error), NaN/Inf, and a pnnx export run through kuiper_xp.load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from conftest import assert_close
+from helpers import export_torch, run_graph, torch_outputs
+
+import kuiper_xp
+from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.layers import BuildContext, create_layer
+from kuiper_xp.pnnx.param import parse_param_text
+
+pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")]
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def make_layer(backend, op_type, params="", n_in=1, n_out=1, names=(), annotations=""):
+    """A layer for one operator written as a .param line (no weights)."""
+    ins = " ".join(f"i{k}" for k in range(n_in))
+    outs = " ".join(f"o{k}" for k in range(n_out))
+    keys = " ".join(f"${n}=i{k}" for k, n in enumerate(names) if n)
+    inputs = "".join(f"pnnx.Input in{k} 0 1 i{k}\n" for k in range(n_in))
+    text = (f"7767517\n{n_in + 1} {n_in + n_out}\n{inputs}"
+            f"{op_type} op {n_in} {n_out} {ins} {outs} {params} {keys} {annotations}\n")
+    op = parse_param_text(text, path="unit.param").operators[-1]
+    return create_layer(op, BuildContext(backend))
+
+
+def run(backend, layer, *host):
+    args = [backend.asarray(h) if isinstance(h, np.ndarray) else h for h in host]
+    return layer(*args)
+
+
+def check(actual, expected, rtol=2e-6, what="output"):
+    """assert_close (shape, dtype, NaN and Inf positions), then the finite values against a bound
+    from the finite expected values only (an Inf in ``expected`` must not widen the bound)."""
+    assert_close(actual, expected, rtol=max(rtol, 1e-30), what=what)
+    a, e = kuiper_xp.to_numpy(actual), np.asarray(expected)
+    if e.dtype.kind == "f":
+        fin = np.isfinite(e)
+        if fin.any():
+            bound = rtol * float(np.abs(e[fin]).max())
+            err = float(np.abs(a[fin].astype(np.float64) - e[fin]).max())
+            assert err <= bound, f"{what}: max |difference| {err:.3g} > {bound:.3g} on finite values"
+
+
+def ref(fn, *host):
+    with torch.no_grad():
+        out = fn(*[torch.from_numpy(np.ascontiguousarray(h)) for h in host])
+    if isinstance(out, (tuple, list)):
+        return tuple(o.numpy() for o in out)
+    return out.numpy()
+
+
+RNG = np.random.default_rng(0)
+XF = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+XI = RNG.integers(-50, 50, (2, 3, 4, 5)).astype(np.int32)
+
+# (param text for dim, torch dim argument)
+DIMS = [("", None), ("dim=(1)", (1,)), ("dim=(-1)", (-1,)), ("dim=(0,2)", (0, 2)), ("dim=(-1,1)", (-1, 1)),
+        ("dim=(0,1,2,3)", (0, 1, 2, 3))]
+
+
+def _torch_reduce(name, dims, keepdim):
+    f = getattr(torch, name)
+    if dims is None:
+        return lambda t: f(t)
+    return lambda t: f(t, dim=dims, keepdim=keepdim)
+
+
+@pytest.mark.parametrize("keepdim", [False, True])
+@pytest.mark.parametrize("dimtext,dims", DIMS, ids=[d or "all" for d, _ in DIMS])
+@pytest.mark.parametrize("name", ["mean", "sum", "amax", "amin", "logsumexp", "std", "var"])
+def test_reductions_over_dims(backend, name, dimtext, dims, keepdim):
+    if dims is None and keepdim:
+        pytest.skip("torch has no keepdim without dim for this op")
+    if dims is None and name in ("logsumexp", "amax", "amin", "std", "var"):
+        dims, dimtext = (0, 1, 2, 3), "dim=(0,1,2,3)"
+    params = f"{dimtext} keepdim={keepdim}" if dimtext else ""
+    layer = make_layer(backend, f"torch.{name}", params)
+    expected = ref(_torch_reduce(name, dims, keepdim), XF)
+    assert_close(run(backend, layer, XF), expected, rtol=2e-6, what=f"torch.{name} {params}")
+
+
+@pytest.mark.parametrize("params,fn", [
+    ("", lambda t: torch.prod(t)),
+    ("dim=1 keepdim=False", lambda t: torch.prod(t, 1)),
+    ("dim=-1 keepdim=True", lambda t: torch.prod(t, -1, keepdim=True)),
+])
+def test_prod(backend, params, fn):
+    x = (XF[:, :, :2] * 0.5 + 1).astype(np.float32)
+    assert_close(run(backend, make_layer(backend, "torch.prod", params), x), ref(fn, x), rtol=2e-6, what=params)
+    xi = (XI[:, :, :2] % 5).astype(np.int32)
+    assert_close(run(backend, make_layer(backend, "torch.prod", params), xi), ref(fn, xi), what=f"int32 {params}")
+
+
+@pytest.mark.parametrize("op_type,params,fn", [
+    ("torch.sum", "dim=(1) keepdim=False", lambda t: t.sum(1)),
+    ("torch.sum", "", lambda t: t.sum()),
+    ("torch.amax", "dim=(0) keepdim=False", lambda t: torch.amax(t, 0)),
+    ("torch.amin", "dim=(-1,2) keepdim=True", lambda t: torch.amin(t, (-1, 2), keepdim=True)),
+    ("torch.max", "", lambda t: torch.max(t)),
+    ("torch.max", "dim=1 keepdim=False", lambda t: torch.max(t, 1)[0]),
+    ("torch.min", "dim=-1 keepdim=True", lambda t: torch.min(t, -1, keepdim=True)[0]),
+    ("torch.argmax", "dim=1 keepdim=False", lambda t: torch.argmax(t, 1)),
+    ("torch.argmin", "dim=None keepdim=False", lambda t: torch.argmin(t)),
+    ("torch.cumsum", "dim=1", lambda t: torch.cumsum(t, 1)),
+])
+def test_integer_inputs_follow_torch_dtypes(backend, op_type, params, fn):
+    """sum/prod/cumsum of int32 accumulate in int64; max/amax keep int32; indices are int64."""
+    assert_close(run(backend, make_layer(backend, op_type, params), XI), ref(fn, XI), what=f"{op_type} {params}")
+
+
+def test_sum_of_bool_is_int64(backend):
+    b = XF > 0
+    assert_close(run(backend, make_layer(backend, "torch.sum", "dim=(1) keepdim=False"), b),
+                 ref(lambda t: t.sum(1), b), what="sum bool")
+
+
+def test_mean_of_int_is_an_error_like_torch(backend):
+    with pytest.raises(RuntimeError):
+        torch.mean(torch.from_numpy(XI))
+    layer = make_layer(backend, "torch.mean", "dim=(1) keepdim=False")
+    with pytest.raises(ShapeError, match="torch.mean 'op'.*int32"):
+        run(backend, layer, XI)
+
+
+def test_dtype_from_the_output_annotation(backend):
+    """x.sum(1, dtype=torch.float64): pnnx drops dtype=, the annotation says f64."""
+    layer = make_layer(backend, "torch.sum", "dim=(1) keepdim=False", annotations="#o0=(2,4,5)f64")
+    assert_close(run(backend, layer, XF), ref(lambda t: t.sum(1, dtype=torch.float64), XF), rtol=1e-12,
+                 what="sum dtype=float64")
+    layer = make_layer(backend, "torch.mean", "dim=(1) keepdim=False", annotations="#o0=(2,4,5)f64")
+    assert_close(run(backend, layer, XI), ref(lambda t: t.mean(1, dtype=torch.float64), XI), rtol=1e-12,
+                 what="mean of int32 with dtype=float64")
+
+
+@pytest.mark.parametrize("op_type", ["torch.max", "torch.min"])
+@pytest.mark.parametrize("dim,keepdim", [(1, False), (-1, True), (0, False), (3, True)])
+def test_max_min_with_indices(backend, op_type, dim, keepdim):
+    x = XF.copy()
+    x[0, 1, 2, 3] = np.nan  # a NaN wins in torch, and its index is reported
+    x[1, 0, 0, 0] = np.inf
+    x[1, 2, 3, 4] = -np.inf
+    layer = make_layer(backend, op_type, f"dim={dim} keepdim={keepdim}", n_out=2)
+    fn = getattr(torch, op_type.split(".")[1])
+    values, indices = run(backend, layer, x)
+    ev, ei = ref(lambda t: tuple(fn(t, dim, keepdim=keepdim)), x)
+    check(values, ev, rtol=0, what=f"{op_type} values")
+    assert_close(indices, ei, what=f"{op_type} indices")
+
+
+def test_max_min_elementwise_with_two_inputs(backend):
+    y = RNG.standard_normal((1, 3, 1, 5)).astype(np.float32)
+    for op_type, fn in (("torch.max", torch.max), ("torch.min", torch.min)):
+        layer = make_layer(backend, op_type, "", n_in=2, names=("input", "other"))
+        assert_close(run(backend, layer, XF, y), ref(fn, XF, y), rtol=0, what=f"{op_type}(x, y)")
+
+
+@pytest.mark.parametrize("op_type", ["torch.argmax", "torch.argmin"])
+@pytest.mark.parametrize("params,kw", [
+    ("dim=1 keepdim=False", {"dim": 1}), ("dim=-1 keepdim=True", {"dim": -1, "keepdim": True}),
+    ("dim=None keepdim=False", {}), ("dim=None keepdim=True", {"dim": None, "keepdim": True}),
+])
+def test_argmax_argmin(backend, op_type, params, kw):
+    fn = getattr(torch, op_type.split(".")[1])
+    assert_close(run(backend, make_layer(backend, op_type, params), XF), ref(lambda t: fn(t, **kw), XF),
+                 what=f"{op_type} {params}")
+
+
+def test_nan_and_inf_propagate(backend):
+    x = XF.copy()
+    x[0, 0, 0, 0] = np.nan
+    x[1, 1, 1, 1] = np.inf
+    x[1, 2, 0, :] = -np.inf
+    for op_type, params, fn in [
+        ("torch.mean", "dim=(3) keepdim=False", lambda t: t.mean(3)),
+        ("torch.sum", "dim=(3) keepdim=False", lambda t: t.sum(3)),
+        ("torch.amax", "dim=(3) keepdim=False", lambda t: t.amax(3)),
+        ("torch.amin", "dim=(3) keepdim=False", lambda t: t.amin(3)),
+        ("torch.logsumexp", "dim=(3) keepdim=False", lambda t: torch.logsumexp(t, 3)),
+        ("torch.max", "", lambda t: t.max()),
+    ]:
+        check(run(backend, make_layer(backend, op_type, params), x), ref(fn, x), rtol=2e-6,
+              what=f"{op_type} with NaN/Inf")
+
+
+@pytest.mark.parametrize("params,fn", [
+    ("dim=(1) keepdim=False unbiased=False", lambda t: torch.std(t, 1, unbiased=False)),
+    ("dim=(1,2) keepdim=True correction=0", lambda t: torch.std(t, (1, 2), correction=0, keepdim=True)),
+])
+def test_std_options(backend, params, fn):
+    assert_close(run(backend, make_layer(backend, "torch.std", params), XF), ref(fn, XF), rtol=2e-6, what=params)
+
+
+@pytest.mark.parametrize("params,fn", [
+    ("dim=(1) keepdim=False p=2", lambda t: torch.norm(t, dim=1)),
+    ("dim=(1,2) keepdim=True p=1", lambda t: torch.norm(t, p=1, dim=(1, 2), keepdim=True)),
+    ("dim=(-1) keepdim=False p=inf", lambda t: torch.norm(t, p=float("inf"), dim=-1)),
+    ("dim=(-1) keepdim=False p=3.0", lambda t: torch.norm(t, p=3, dim=-1)),
+    ("dim=(1) keepdim=False p=0", lambda t: torch.norm(t, p=0, dim=1)),
+    ("p=fro", lambda t: torch.norm(t)),
+])
+def test_norm(backend, params, fn):
+    x = XF.copy()
+    x[0, 0, 0, :2] = 0.0
+    assert_close(run(backend, make_layer(backend, "torch.norm", params), x), ref(fn, x), rtol=2e-6, what=params)
+
+
+@pytest.mark.parametrize("op_type,params,fn", [
+    ("torch.cumsum", "dim=-1", lambda t: torch.cumsum(t, -1)),
+    ("torch.cumprod", "dim=2", lambda t: torch.cumprod(t, 2)),
+    ("torch.all", "dim=(1) keepdim=False", lambda t: torch.all(t, 1)),
+    ("torch.any", "", lambda t: torch.any(t)),
+])
+def test_cumulative_and_logical(backend, op_type, params, fn):
+    x = XF > 0 if op_type in ("torch.all", "torch.any") else (XF * 0.5).astype(np.float32)
+    assert_close(run(backend, make_layer(backend, op_type, params), x), ref(fn, x), rtol=2e-6, what=op_type)
+
+
+def test_aten_reductions_take_dims_as_inputs(backend):
+    """``x.prod()`` and ``torch.all(x, 1)`` stay ``aten::`` ops with dim/keepdim as inputs."""
+    layer = make_layer(backend, "aten::prod", "", n_in=2)
+    x = (XF * 0.1 + 1).astype(np.float32)
+    assert_close(run(backend, layer, x, None), ref(torch.prod, x), rtol=2e-6, what="aten::prod")
+    layer = make_layer(backend, "aten::all", "", n_in=3)
+    b = XF > -1
+    assert_close(run(backend, layer, b, 1, False), ref(lambda t: torch.all(t, 1), b), what="aten::all")
+
+
+@pytest.mark.parametrize("op_type,params,key,value", [
+    ("torch.sum", "dim=(1) keepdim=maybe", "keepdim", "maybe"),
+    ("torch.mean", "dim=x keepdim=False", "dim", "x"),
+    ("torch.max", "dim=1.5", "dim", "1.5"),
+    ("torch.norm", "dim=(1) p=nuc", "p", "nuc"),
+])
+def test_bad_parameters_name_op_key_and_value(backend, op_type, params, key, value):
+    with pytest.raises(LayerParameterError) as info:
+        make_layer(backend, op_type, params)
+    msg = str(info.value)
+    assert f"{op_type} 'op' (unit.param:" in msg and key in msg and value in msg, msg
+
+
+def test_dim_out_of_range_is_a_shape_error(backend):
+    with pytest.raises(ShapeError, match="dim 4 is out of range"):
+        run(backend, make_layer(backend, "torch.sum", "dim=(4) keepdim=False"), XF)
+
+
+# -- whole export ----------------------------------------------------------------------------------
+class ReduceZoo(nn.Module):
+    def forward(self, x):
+        v, i = torch.max(x, 1)
+        v2, i2 = torch.min(x, -1, keepdim=True)
+        return (torch.mean(x, 1), x.mean((2, 3), keepdim=True), x.mean(), torch.sum(x, -1), x.sum(), x.sum((0, 2)),
+                torch.max(x), v, i, x.max(2)[0], v2, i2, torch.min(x), torch.amax(x, (1, 2)), torch.amin(x, -1, True),
+                torch.prod(x, 1), torch.argmax(x, 1), torch.argmin(x), x.argmax(-1, keepdim=True), x.std(1), x.var(1),
+                torch.logsumexp(x, 1), x.norm(dim=1), torch.cumsum(x, 1), x.sum(1, dtype=torch.float64),
+                torch.mean(x, dim=[1, 3]))
+
+
+@pytest.fixture(scope="session")
+def reduce_export(tmp_path_factory):
+    torch.manual_seed(0)
+    return export_torch(ReduceZoo(), (torch.randn(2, 3, 4, 5),), tmp_path_factory.mktemp("reduce"),
+                        inputs2=(torch.randn(3, 3, 4, 5),))
+
+
+@pytest.mark.parametrize("batch", [2, 4])
+def test_exported_reductions_match_torch(model_backend, reduce_export, batch):
+    x = torch.randn(batch, 3, 4, 5)
+    expected = torch_outputs(ReduceZoo(), (x,))
+    got = run_graph(reduce_export, model_backend, (x,))
+    assert len(got) == len(expected)
+    for k, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, rtol=2e-6, what=f"output {k}")

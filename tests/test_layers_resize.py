@@ -1,0 +1,214 @@
+"""Resizing layers (kuiper_xp/layers/resize.py) against PyTorch: interpolate in every mode, by
+size and by scale factor (recompute_scale_factor both ways, non-integer and downscaling factors),
+pixel shuffle / unshuffle; plus pnnx exports of the real spellings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+from test_layers_misc import (
+    compare_graph,
+    export_module,
+    make_layer,
+    require_types,
+    run_one_op,
+    t2n,
+)
+from torch import nn
+
+rng = np.random.default_rng(1)
+
+
+def _x(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _fmt(v):
+    if isinstance(v, (tuple, list)):
+        return "(" + ",".join(str(float(e)) if isinstance(e, float) else str(e) for e in v) + ")"
+    return str(v)
+
+
+# (mode, align_corners, size, scale_factor, recompute) -- torch.nn.functional.interpolate keywords
+GRID = [
+    ("nearest", None, None, 2.0, None),
+    ("nearest", None, None, 1.5, None),
+    ("nearest", None, None, 0.5, None),
+    ("nearest", None, None, (1.7, 0.6), None),
+    ("nearest", None, None, 1.5, True),
+    ("nearest", None, (7, 3), None, None),
+    ("nearest-exact", None, None, 1.5, None),
+    ("nearest-exact", None, (4, 11), None, None),
+    ("bilinear", False, None, 2.0, None),
+    ("bilinear", True, None, 2.0, None),
+    ("bilinear", False, None, 1.5, None),
+    ("bilinear", True, None, 1.5, None),
+    ("bilinear", False, None, 0.5, None),
+    ("bilinear", False, None, 0.7, True),
+    ("bilinear", False, None, (1.5, 2.5), None),
+    ("bilinear", True, (9, 4), None, None),
+    ("bilinear", False, (1, 1), None, None),
+    ("bicubic", False, None, 2.0, None),
+    ("bicubic", True, None, 2.0, None),
+    ("bicubic", False, None, 1.5, None),
+    ("bicubic", True, None, 1.5, None),
+    ("bicubic", False, None, 0.6, None),
+    ("bicubic", False, None, 1.3, True),
+    ("bicubic", True, (3, 13), None, None),
+    ("area", None, (3, 4), None, None),
+]
+
+
+@pytest.mark.parametrize("mode,ac,size,scale,recompute", GRID)
+def test_interpolate_2d(backend, tmp_path, mode, ac, size, scale, recompute):
+    x = _x(2, 3, 5, 7)
+    kw = {"mode": mode}
+    params = [f"mode={mode}"]
+    if ac is not None:
+        kw["align_corners"] = ac
+        params.append(f"align_corners={ac}")
+    if size is not None:
+        kw["size"] = size
+        params.append(f"size={_fmt(size)}")
+    else:
+        kw["scale_factor"] = scale
+        sf = scale if isinstance(scale, tuple) else (scale, scale)
+        params.append(f"scale_factor={_fmt(sf)}")
+    if recompute is not None:
+        kw["recompute_scale_factor"] = recompute
+        params.append(f"recompute_scale_factor={recompute}")
+    e = F.interpolate(torch.from_numpy(x), **kw)
+    run_one_op(backend, tmp_path, "F.interpolate", [x], t2n(e), params=" ".join(params), keys=["input"])
+
+
+@pytest.mark.parametrize("mode,ac,scale", [("linear", False, 2.5), ("linear", True, 0.7), ("nearest", None, 3.0),
+                                           ("trilinear", False, 1.5), ("trilinear", True, 2.0),
+                                           ("nearest", None, 0.5)])
+def test_interpolate_1d_3d(backend, tmp_path, mode, ac, scale):
+    x = _x(1, 2, 6) if mode == "linear" or (mode == "nearest" and scale == 3.0) else _x(1, 2, 3, 4, 5)
+    nsp = x.ndim - 2
+    kw = {"mode": mode, "scale_factor": scale}
+    params = f"mode={mode} scale_factor={_fmt((scale,) * nsp)}"
+    if ac is not None:
+        kw["align_corners"] = ac
+        params += f" align_corners={ac}"
+    e = F.interpolate(torch.from_numpy(x), **kw)
+    run_one_op(backend, tmp_path, "F.upsample", [x], t2n(e), params=params, keys=["input"])
+
+
+def test_interpolate_aliases(backend, tmp_path):
+    x = _x(1, 2, 4, 3)
+    xt = torch.from_numpy(x)
+    run_one_op(backend, tmp_path / "a", "F.upsample_bilinear", [x], t2n(F.upsample_bilinear(xt, scale_factor=2)),
+               params="scale_factor=(2.0,2.0)", keys=["input"])
+    run_one_op(backend, tmp_path / "b", "nn.UpsamplingBilinear2d", [x],
+               t2n(nn.UpsamplingBilinear2d(size=(5, 7))(xt)), params="size=(5,7)")
+    run_one_op(backend, tmp_path / "c", "nn.UpsamplingNearest2d", [x],
+               t2n(nn.UpsamplingNearest2d(scale_factor=3)(xt)), params="scale_factor=(3.0,3.0) size=None")
+    run_one_op(backend, tmp_path / "d", "F.upsample_nearest", [x], t2n(F.upsample_nearest(xt, size=(2, 5))),
+               params="size=(2,5)", keys=["input"])
+    run_one_op(backend, tmp_path / "e", "nn.Upsample", [x], t2n(nn.Upsample(scale_factor=2.0, mode="nearest")(xt)),
+               params="mode=nearest scale_factor=(2.0,2.0) size=None")
+
+
+def test_interpolate_size_input_and_cache(backend):
+    """A size fed by a pnnx.Expression list (ints or 0-d arrays); several input sizes through one
+    layer exercise the per-size table cache."""
+    layer = make_layer(backend, "F.upsample op 2 1 0 1 2 align_corners=False mode=bilinear $input=0 $size=1", n_in=2)
+    xp = backend.xp
+    for shape, size in [((1, 2, 4, 5), (7, 9)), ((2, 2, 3, 3), (6, 6)), ((1, 2, 4, 5), (7, 9))]:
+        x = _x(*shape)
+        e = F.interpolate(torch.from_numpy(x), size=size, mode="bilinear", align_corners=False)
+        s = [xp.asarray(size[0], device=backend.device), size[1]]
+        assert_close(layer.forward(backend.asarray(x), s), t2n(e), rtol=1e-5)
+
+
+def test_nearest_int_dtype(backend, tmp_path):
+    x = rng.integers(0, 255, (1, 1, 3, 4)).astype(np.uint8)
+    e = F.interpolate(torch.from_numpy(x), scale_factor=1.5, mode="nearest")
+    run_one_op(backend, tmp_path, "F.upsample", [x], t2n(e), params="mode=nearest scale_factor=(1.5,1.5)",
+               keys=["input"])
+
+
+@pytest.mark.parametrize("r", [2, 3])
+def test_pixel_shuffle(backend, tmp_path, r):
+    x = _x(2, 2 * r * r, 3, 4)
+    run_one_op(backend, tmp_path / "s", "nn.PixelShuffle", [x], t2n(F.pixel_shuffle(torch.from_numpy(x), r)),
+               params=f"upscale_factor={r}")
+    y = _x(1, 3, 2 * r, 3 * r)
+    run_one_op(backend, tmp_path / "u", "F.pixel_unshuffle", [y], t2n(F.pixel_unshuffle(torch.from_numpy(y), r)),
+               params=f"downscale_factor={r}", keys=["input"])
+
+
+def test_resize_errors(backend):
+    from kuiper_xp.errors import LayerParameterError, ShapeError
+
+    with pytest.raises(LayerParameterError, match="mode"):
+        make_layer(backend, "F.upsample op 1 1 0 1 mode=lanczos scale_factor=(2.0,2.0)")
+    with pytest.raises(LayerParameterError, match="size or scale_factor"):
+        make_layer(backend, "F.upsample op 1 1 0 1 mode=nearest")
+    layer = make_layer(backend, "F.upsample op 1 1 0 1 mode=bilinear scale_factor=(2.0,2.0)")
+    with pytest.raises(ShapeError, match="4-D"):
+        layer.forward(backend.asarray(_x(1, 2, 3)))
+
+
+# ---- pnnx end to end ------------------------------------------------------------------------------
+
+
+class ResizeModule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.up2 = nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True)
+        self.ps, self.pu = nn.PixelShuffle(2), nn.PixelUnshuffle(2)
+        self.ub = nn.UpsamplingBilinear2d(scale_factor=1.5)
+
+    def forward(self, x):
+        r = [self.up(x), self.up2(x)]
+        for sf in (2.0, 1.5):
+            for mode in ("bilinear", "bicubic"):
+                for ac in (False, True):
+                    r.append(F.interpolate(x, scale_factor=sf, mode=mode, align_corners=ac))
+        r += [F.interpolate(x, size=(3, 5), mode="nearest"), F.upsample_nearest(x, scale_factor=2),
+              F.upsample_bilinear(x, scale_factor=2), F.interpolate(x, scale_factor=0.5, mode="bilinear"),
+              F.interpolate(x, scale_factor=1.5, mode="nearest", recompute_scale_factor=True),
+              F.interpolate(x, scale_factor=1.5, mode="nearest-exact"), self.ps(x), self.pu(x),
+              F.pixel_shuffle(x, 2), F.pixel_unshuffle(x, 2), self.ub(x)]
+        return tuple(r)
+
+
+@pytest.fixture(scope="session")
+def resize_export(tmp_path_factory):
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal((1, 4, 6, 8)).astype(np.float32))
+    return export_module(ResizeModule(), (x,), tmp_path_factory.mktemp("resize")), x
+
+
+def test_resize_export_matches_torch(resize_export, model_backend):
+    param, x = resize_export
+    text = param.read_text()
+    for t in ("nn.Upsample", "F.upsample", "F.upsample_nearest", "F.interpolate", "nn.PixelShuffle",
+              "nn.PixelUnshuffle", "F.pixel_shuffle", "F.pixel_unshuffle", "nn.UpsamplingBilinear2d", "mode=bicubic"):
+        assert t in text, f"pnnx no longer emits {t}"
+    require_types(param)  # only resize layers: never skips
+    compare_graph(param, model_backend, ResizeModule(), (x,))
+
+
+class SizeFromSkip(nn.Module):
+    def forward(self, x, skip):
+        a = F.interpolate(x, size=skip.shape[2:], mode="bilinear", align_corners=False)
+        b = F.interpolate(x, size=(x.size(2) * 2, x.size(3) * 2), mode="nearest")
+        return a, b
+
+
+def test_resize_dynamic_size_export(model_backend, tmp_path_factory):
+    """The output size comes from another tensor: pnnx feeds it through a pnnx.Expression list."""
+    x, skip = torch.rand(1, 3, 4, 5), torch.rand(1, 2, 7, 9)
+    x2, skip2 = torch.rand(2, 3, 5, 6), torch.rand(2, 2, 8, 11)
+    param = export_module(SizeFromSkip(), (x, skip), tmp_path_factory.mktemp("resize_dyn"), inputs2=(x2, skip2))
+    assert "$size=" in param.read_text()
+    require_types(param)
+    compare_graph(param, model_backend, SizeFromSkip(), (x2, skip2))
+    compare_graph(param, model_backend, SizeFromSkip(), (x, skip))

@@ -1,0 +1,476 @@
+"""Shape and data-movement layers against torch: each layer over its parameters on every backend
+leg (negative dims, slice sentinels, several outputs, dynamic parameters arriving as inputs),
+run-time shape errors, bad parameters, and pnnx exports (static, dynamic batch, dynamic batch and
+spatial size) run end to end through kuiper_xp.load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from conftest import assert_close
+from helpers import export_torch, run_graph, torch_outputs
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.layers import BuildContext, create_layer
+from kuiper_xp.pnnx.param import parse_param_text
+
+BIG = 2147483647
+BIG64 = 9223372036854775807
+
+
+# -- helpers -------------------------------------------------------------------------------------
+def make_layer(backend, op_type, params="", n_in=1, n_out=1, names=(), annotations=""):
+    """A layer for one operator written as a .param line (no weights)."""
+    ins = " ".join(f"i{k}" for k in range(n_in))
+    outs = " ".join(f"o{k}" for k in range(n_out))
+    keys = " ".join(f"${n}=i{k}" for k, n in enumerate(names) if n)
+    inputs = "".join(f"pnnx.Input in{k} 0 1 i{k}\n" for k in range(n_in))
+    text = (f"7767517\n{n_in + 1} {n_in + n_out}\n{inputs}"
+            f"{op_type} op {n_in} {n_out} {ins} {outs} {params} {keys} {annotations}\n")
+    op = parse_param_text(text, path="unit.param").operators[-1]
+    return create_layer(op, BuildContext(backend))
+
+
+def run(backend, layer, *host):
+    args = [backend.asarray(h) if isinstance(h, np.ndarray) else h for h in host]
+    return layer(*args)
+
+
+def ref(fn, *host):
+    with torch.no_grad():
+        out = fn(*[torch.from_numpy(np.ascontiguousarray(h)) for h in host])
+    if isinstance(out, (tuple, list)):
+        return tuple(o.numpy() for o in out)
+    return out.numpy()
+
+
+def check_all(got, expected, what):
+    if isinstance(expected, tuple):
+        assert isinstance(got, tuple) and len(got) == len(expected), f"{what}: {len(got)} outputs, torch has {len(expected)}"
+        for k, (a, e) in enumerate(zip(got, expected)):
+            assert_close(a, e, rtol=0, what=f"{what} output {k}")
+    else:
+        assert_close(got, expected, rtol=0, what=what)
+
+
+X4 = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5) - 60.0
+
+
+def cases(op_type, grid):
+    return [pytest.param(op_type, p, fn, id=f"{op_type}[{p}]") for p, fn in grid]
+
+
+# -- flatten / reshape ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("op_type,params,fn", cases("torch.flatten", [
+    ("start_dim=0 end_dim=-1", lambda t: torch.flatten(t)),
+    ("start_dim=1 end_dim=-1", lambda t: torch.flatten(t, 1)),
+    ("start_dim=2 end_dim=3", lambda t: torch.flatten(t, 2, 3)),
+    ("start_dim=-3 end_dim=-2", lambda t: torch.flatten(t, -3, -2)),
+    ("start_dim=1 end_dim=1", lambda t: torch.flatten(t, 1, 1)),
+]) + cases("nn.Flatten", [("", lambda t: nn.Flatten()(t))]) + cases("Tensor.reshape", [
+    ("shape=(6,20)", lambda t: t.reshape(6, 20)),
+    ("shape=(-1,5)", lambda t: t.reshape(-1, 5)),
+    ("shape=(2,-1,4)", lambda t: t.reshape(2, -1, 4)),
+    ("shape=(120)", lambda t: t.reshape(120)),
+    ("shape=(5,1,4,6)", lambda t: t.reshape(5, 1, 4, 6)),
+]) + cases("Tensor.view", [("shape=(-1)", lambda t: t.view(-1))]) + cases("Tensor.unflatten", [
+    ("dim=1 sizes=(1,3)", lambda t: t.unflatten(1, (1, 3))),
+    ("dim=-1 sizes=(-1,1)", lambda t: t.unflatten(-1, (-1, 1))),
+]) + cases("nn.Unflatten", [("dim=2 unflattened_size=(2,2)", lambda t: nn.Unflatten(2, (2, 2))(t))]))
+def test_flatten_reshape(backend, op_type, params, fn):
+    check_all(run(backend, make_layer(backend, op_type, params), X4), ref(fn, X4), f"{op_type} {params}")
+
+
+def test_flatten_of_a_scalar(backend):
+    x = np.array(3.5, np.float32)
+    check_all(run(backend, make_layer(backend, "torch.flatten", "start_dim=0 end_dim=-1"), x),
+              ref(torch.flatten, x), "flatten 0-d")
+
+
+@pytest.mark.parametrize("shape_value", [[2, -1, 5], (-1, 12, 5), "array"])
+def test_reshape_target_as_input(backend, shape_value):
+    """The dynamic form: pnnx.Expression hands a Python list (or an int array) as ``$shape``."""
+    layer = make_layer(backend, "Tensor.reshape", "", n_in=2, names=("input", "shape"))
+    if shape_value == "array":
+        shape_value = backend.asarray(np.array([4, -1], np.int64))
+        expected = X4.reshape(4, -1)
+    else:
+        expected = X4.reshape(tuple(shape_value))
+    check_all(run(backend, layer, X4, shape_value), expected, f"reshape to {shape_value}")
+
+
+def test_reshape_of_a_permuted_view(backend):
+    """permute -> reshape: the reshape of a non-contiguous result keeps torch's element order."""
+    perm = make_layer(backend, "Tensor.permute", "dims=(0,2,3,1)")
+    resh = make_layer(backend, "Tensor.reshape", "shape=(2,-1)")
+    flat = make_layer(backend, "torch.flatten", "start_dim=1 end_dim=2")
+    y = perm(backend.asarray(X4))
+    check_all(resh(y), ref(lambda t: t.permute(0, 2, 3, 1).reshape(2, -1), X4), "permute+reshape")
+    check_all(flat(y), ref(lambda t: t.permute(0, 2, 3, 1).flatten(1, 2), X4), "permute+flatten")
+    tr = make_layer(backend, "torch.transpose", "dim0=1 dim1=3")
+    check_all(resh(tr(backend.asarray(X4))), ref(lambda t: t.transpose(1, 3).reshape(2, -1), X4),
+              "transpose+reshape")
+
+
+@pytest.mark.parametrize("params,n_in,extra,match", [
+    ("shape=(7,-1)", 1, (), r"\(2, 3, 4, 5\).*120.*\(7, -1\)"),
+    ("shape=(-1,-1)", 1, (), "only one -1"),
+    ("shape=(2,3,4)", 1, (), r"24 elements"),
+    ("", 2, ([7, -1],), r"\(7, -1\)"),
+    ("", 2, ([2.5, -1],), "integer"),
+])
+def test_reshape_errors_name_op_and_sizes(backend, params, n_in, extra, match):
+    layer = make_layer(backend, "Tensor.reshape", params, n_in=n_in, names=("input", "shape")[:n_in])
+    with pytest.raises(ShapeError, match=match) as info:
+        run(backend, layer, X4, *extra)
+    assert "Tensor.reshape 'op'" in str(info.value)
+
+
+# -- permutations --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op_type,params,fn", cases("Tensor.permute", [
+    ("dims=(0,2,3,1)", lambda t: t.permute(0, 2, 3, 1)),
+    ("dims=(3,2,1,0)", lambda t: t.permute(3, 2, 1, 0)),
+    ("dims=(-1,0,-2,1)", lambda t: t.permute(-1, 0, -2, 1)),
+]) + cases("torch.permute", [("dims=(1,0,2,3)", lambda t: torch.permute(t, (1, 0, 2, 3)))]) + cases("torch.transpose", [
+    ("dim0=1 dim1=2", lambda t: t.transpose(1, 2)),
+    ("dim0=-1 dim1=-2", lambda t: t.transpose(-1, -2)),
+    ("dim0=0 dim1=3", lambda t: t.transpose(0, 3)),
+    ("dim0=2 dim1=2", lambda t: t.transpose(2, 2)),
+]) + cases("nn.ChannelShuffle", [
+    ("groups=3", lambda t: nn.ChannelShuffle(3)(t)),
+    ("groups=1", lambda t: nn.ChannelShuffle(1)(t)),
+]))
+def test_permutations(backend, op_type, params, fn):
+    check_all(run(backend, make_layer(backend, op_type, params), X4), ref(fn, X4), f"{op_type} {params}")
+
+
+def test_channel_shuffle_groups_and_errors(backend):
+    x = np.arange(2 * 6 * 3, dtype=np.float32).reshape(2, 6, 3)
+    for g in (2, 3, 6):
+        check_all(run(backend, make_layer(backend, "nn.ChannelShuffle", f"groups={g}"), x),
+                  ref(lambda t, g=g: nn.ChannelShuffle(g)(t), x), f"shuffle g={g}")
+    with pytest.raises(ShapeError, match="4 groups"):
+        run(backend, make_layer(backend, "nn.ChannelShuffle", "groups=4"), x)
+
+
+# -- joining -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dim", [0, 1, -1, 2])
+def test_cat(backend, dim):
+    rng = np.random.default_rng(dim + 10)
+    shapes = [[2, 3, 4], [2, 3, 4], [2, 3, 4]]
+    for k, s in enumerate(shapes):
+        s[dim] += k
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    layer = make_layer(backend, "torch.cat", f"dim={dim}", n_in=3)
+    check_all(run(backend, layer, *xs), ref(lambda *t: torch.cat(t, dim), *xs), f"cat dim={dim}")
+
+
+def test_cat_of_mixed_dtypes_follows_the_annotation(backend):
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    b = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    layer = make_layer(backend, "torch.cat", "dim=0", n_in=2, annotations="#o0=(4,3)f32")
+    check_all(run(backend, layer, a, b), ref(lambda s, t: torch.cat((s, t), 0), a, b), "cat int32+float32")
+
+
+@pytest.mark.parametrize("dim", [0, 2, -1, 3, -4])
+def test_stack(backend, dim):
+    xs = [X4[0] + k for k in range(3)]
+    layer = make_layer(backend, "torch.stack", f"dim={dim}", n_in=3)
+    check_all(run(backend, layer, *xs), ref(lambda *t: torch.stack(t, dim), *xs), f"stack dim={dim}")
+
+
+def test_cat_shape_mismatch_is_a_shape_error(backend):
+    layer = make_layer(backend, "torch.cat", "dim=1", n_in=2)
+    with pytest.raises(ShapeError, match="torch.cat 'op'"):
+        run(backend, layer, np.ones((2, 3), np.float32), np.ones((3, 3), np.float32))
+
+
+# -- splitting -----------------------------------------------------------------------------------------
+X3 = np.arange(2 * 5 * 6, dtype=np.float32).reshape(2, 5, 6)
+
+
+@pytest.mark.parametrize("op_type,params,n_out,fn", [
+    ("torch.chunk", "chunks=3 dim=1", 3, lambda t: torch.chunk(t, 3, 1)),
+    ("torch.chunk", "chunks=2 dim=-1", 2, lambda t: torch.chunk(t, 2, -1)),
+    ("torch.chunk", "chunks=4 dim=2", 3, lambda t: torch.chunk(t, 4, 2)),  # only 3 pieces of 2
+    ("torch.split", "split_size_or_sections=2 dim=1", 3, lambda t: torch.split(t, 2, 1)),
+    ("torch.split", "split_size_or_sections=(1,3,1) dim=1", 3, lambda t: torch.split(t, [1, 3, 1], 1)),
+    ("torch.split", "split_size_or_sections=(0,6) dim=-1", 2, lambda t: torch.split(t, [0, 6], -1)),
+    ("torch.split", "split_size_or_sections=(2) dim=0", 1, lambda t: torch.split(t, [2], 0)),
+    ("torch.tensor_split", "sections=3 dim=1", 3, lambda t: torch.tensor_split(t, 3, 1)),
+    ("torch.tensor_split", "sections=4 dim=2", 4, lambda t: torch.tensor_split(t, 4, 2)),
+    ("torch.tensor_split", "indices=(1,3) dim=1", 3, lambda t: torch.tensor_split(t, (1, 3), 1)),
+    ("torch.tensor_split", "indices=(-2) dim=-1", 2, lambda t: torch.tensor_split(t, (-2,), -1)),
+    ("torch.tensor_split", "indices=(4,2,10) dim=2", 4, lambda t: torch.tensor_split(t, (4, 2, 10), 2)),
+    ("torch.unbind", "dim=1", 5, lambda t: torch.unbind(t, 1)),
+    ("torch.unbind", "dim=-3", 2, lambda t: torch.unbind(t, -3)),
+])
+def test_split_family(backend, op_type, params, n_out, fn):
+    layer = make_layer(backend, op_type, params, n_out=n_out)
+    check_all(run(backend, layer, X3), ref(fn, X3), f"{op_type} {params}")
+
+
+def test_split_sections_must_sum_to_the_dim(backend):
+    layer = make_layer(backend, "torch.split", "split_size_or_sections=(2,2) dim=1", n_out=2)
+    with pytest.raises(ShapeError) as info:
+        run(backend, layer, X3)
+    msg = str(info.value)
+    assert "torch.split 'op'" in msg and "[2, 2]" in msg and "sum to 4" in msg and "size 5" in msg, msg
+
+
+def test_split_piece_count_must_match_outputs(backend):
+    layer = make_layer(backend, "torch.chunk", "chunks=3 dim=2", n_out=3)
+    with pytest.raises(ShapeError, match=r"gives 2 pieces \[2, 2\].*3 outputs"):
+        run(backend, layer, np.ones((1, 2, 4), np.float32))  # chunk(3) of 4 -> pieces of 2: only 2
+
+
+# -- slicing -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("params,fn", [
+    (f"dim=1 start=1 end={BIG} step=1", lambda t: t[:, 1:]),
+    ("dim=2 start=1 end=-1 step=2", lambda t: t[:, :, 1:-1:2]),
+    (f"dim=3 start=-3 end={BIG} step=1", lambda t: t[..., -3:]),
+    (f"dim=3 start=0 end={BIG64} step=2", lambda t: t[..., ::2]),
+    ("dim=-1 start=1 end=3 step=1", lambda t: t[..., 1:3]),
+    ("dim=2 start=-100 end=100 step=3", lambda t: t[:, :, -100:100:3]),
+    ("dim=1 start=2 end=1 step=1", lambda t: t[:, 2:1]),
+    ("dim=0 start=1", lambda t: t[1:]),
+    # the several-dims form, as pnnx writes it
+    (f"dims=(1,2) ends=(0,{BIG}) selects=(1,{BIG}) starts=(0,2) steps=(0,1)", lambda t: t[:, 1, 2:]),
+    (f"dims=(2,3) ends=({BIG},0) selects=({BIG},1) starts=(0,0) steps=(2,0)", lambda t: t[:, :, ::2, 1]),
+    ("dims=(2,3) ends=(0,0) selects=(0,0) starts=(0,0) steps=(0,0)", lambda t: t[:, :, 0, 0]),
+    (f"dims=(1,3) ends=({BIG},-1) selects=({BIG},{BIG}) starts=(-2,1) steps=(1,1)", lambda t: t[:, -2:, :, 1:-1]),
+    (f"dims=(1,2,3) ends=({BIG},0,{BIG}) selects=({BIG},2,{BIG}) starts=(1,0,1) steps=(1,0,1)",
+     lambda t: t[:, 1:, 2, 1:]),
+    (f"dims=(-1,0) ends=(0,{BIG}) selects=(-2,{BIG}) starts=(0,1) steps=(0,1)", lambda t: t[1:, ..., -2]),
+])
+def test_slice(backend, params, fn):
+    check_all(run(backend, make_layer(backend, "Tensor.slice", params), X4), ref(fn, X4), f"slice {params}")
+
+
+def test_slice_with_bounds_as_inputs(backend):
+    """x[:, :, :n // 2] with a dynamic n: ``$end`` arrives from a pnnx.Expression."""
+    layer = make_layer(backend, "Tensor.slice", "dim=2 start=0 step=1", n_in=2, names=("input", "end"))
+    check_all(run(backend, layer, X4, 2), X4[:, :, :2], "slice $end=int")
+    check_all(run(backend, layer, X4, backend.asarray(np.array(3, np.int64))), X4[:, :, :3], "slice $end=0-d")
+    # pnnx.SliceIndexes builds the starts list of the several-dims form
+    idx = make_layer(backend, "pnnx.SliceIndexes", "indexes=(@0,1)")
+    starts = idx(2)
+    assert starts == [2, 1]
+    layer = make_layer(backend, "Tensor.slice", f"dims=(2,3) ends=({BIG},{BIG}) selects=({BIG},{BIG}) steps=(1,1)",
+                       n_in=2, names=("input", "starts"))
+    check_all(run(backend, layer, X4, starts), X4[:, :, 2:, 1:], "slice $starts")
+
+
+@pytest.mark.parametrize("params,match", [
+    ("dim=1 start=0 end=2 step=0", "step 0"),
+    ("dims=(1) ends=(0) selects=(3) starts=(0) steps=(0)", "index 3 is out of range"),
+    ("dim=4 start=0 end=1 step=1", "dim 4 is out of range"),
+])
+def test_slice_runtime_errors(backend, params, match):
+    with pytest.raises(ShapeError, match=match):
+        run(backend, make_layer(backend, "Tensor.slice", params), X4)
+
+
+@pytest.mark.parametrize("op_type,params,fn", cases("Tensor.select", [
+    ("dim=1 index=0", lambda t: t.select(1, 0)),
+    ("dim=-1 index=-2", lambda t: t.select(-1, -2)),
+    ("dim=0 index=1", lambda t: t[1]),
+]) + cases("torch.narrow", [
+    ("dim=1 start=-2 length=2", lambda t: t.narrow(1, -2, 2)),
+    ("dim=-2 start=1 length=3", lambda t: t.narrow(-2, 1, 3)),
+]) + cases("torch.squeeze", [
+    ("", lambda t: torch.squeeze(t)),
+    ("dim=1", lambda t: t.squeeze(1)),
+    ("dim=(1,2)", lambda t: t.squeeze((1, 2))),
+    ("dim=0", lambda t: t.squeeze(0)),  # size 2: a no-op in torch
+    ("dim=-1", lambda t: t.squeeze(-1)),
+]) + cases("torch.unsqueeze", [
+    ("dim=0", lambda t: t.unsqueeze(0)),
+    ("dim=-1", lambda t: t.unsqueeze(-1)),
+    ("dim=2", lambda t: t.unsqueeze(2)),
+    ("dim=-5", lambda t: t.unsqueeze(-5)),
+]))
+def test_select_narrow_squeeze_unsqueeze(backend, op_type, params, fn):
+    x = X4[:, :1, :1] if op_type == "torch.squeeze" else X4
+    check_all(run(backend, make_layer(backend, op_type, params), x), ref(fn, x), f"{op_type} {params}")
+
+
+def test_select_with_index_input_and_errors(backend):
+    layer = make_layer(backend, "Tensor.select", "dim=2", n_in=2, names=("input", "index"))
+    check_all(run(backend, layer, X4, 3), X4[:, :, 3], "select $index")
+    with pytest.raises(ShapeError, match="index 4 is out of range for dim 2 of size 4"):
+        run(backend, layer, X4, 4)
+    with pytest.raises(ShapeError, match="narrow"):
+        run(backend, make_layer(backend, "torch.narrow", "dim=1 start=2 length=2"), X4)
+
+
+# -- expand / repeat / roll / flip ------------------------------------------------------------------
+X1 = X4[:, :1]
+
+
+@pytest.mark.parametrize("op_type,params,fn", cases("Tensor.expand", [
+    ("sizes=(-1,3,-1,-1)", lambda t: t.expand(-1, 3, -1, -1)),
+    ("sizes=(2,2,3,4,5)", lambda t: t.expand(2, 2, 3, 4, 5)),
+    ("sizes=(2,1,4,5)", lambda t: t.expand(2, 1, 4, 5)),
+]) + cases("Tensor.repeat", [
+    ("sizes=(1,2,1,1)", lambda t: t.repeat(1, 2, 1, 1)),
+    ("sizes=(2,1,1,2,1)", lambda t: t.repeat(2, 1, 1, 2, 1)),
+]) + cases("torch.tile", [
+    ("dims=(2)", lambda t: torch.tile(t, (2,))),
+    ("dims=(2,1,3)", lambda t: torch.tile(t, (2, 1, 3))),
+]) + cases("torch.repeat_interleave", [
+    ("dim=1 repeats=2", lambda t: torch.repeat_interleave(t, 2, 1)),
+    ("dim=-1 repeats=3", lambda t: torch.repeat_interleave(t, 3, -1)),
+    ("repeats=2", lambda t: torch.repeat_interleave(t, 2)),
+]) + cases("torch.roll", [
+    ("dims=(2) shifts=(1)", lambda t: torch.roll(t, 1, 2)),
+    ("dims=(1,3) shifts=(1,-2)", lambda t: torch.roll(t, (1, -2), (1, 3))),
+    ("dims=(-1) shifts=(7)", lambda t: torch.roll(t, 7, -1)),
+    ("shifts=(3)", lambda t: torch.roll(t, 3)),
+]) + cases("torch.flip", [
+    ("dims=(1)", lambda t: torch.flip(t, (1,))),
+    ("dims=(-1,0)", lambda t: torch.flip(t, (-1, 0))),
+]))
+def test_expand_repeat_roll_flip(backend, op_type, params, fn):
+    check_all(run(backend, make_layer(backend, op_type, params), X1), ref(fn, X1), f"{op_type} {params}")
+
+
+def test_repeat_interleave_with_a_list(backend):
+    x = X4[0, :, 0]  # (3, 5)
+    layer = make_layer(backend, "torch.repeat_interleave", "dim=0 repeats=(1,2,3)")
+    check_all(run(backend, layer, x), ref(lambda t: torch.repeat_interleave(t, torch.tensor([1, 2, 3]), 0), x),
+              "repeat_interleave list")
+
+
+def test_expand_as_and_sizes_input(backend):
+    layer = make_layer(backend, "Tensor.expand_as", "", n_in=2, names=("input", "other"))
+    check_all(run(backend, layer, X1, X4), ref(lambda a, b: a.expand_as(b), X1, X4), "expand_as")
+    layer = make_layer(backend, "Tensor.expand", "", n_in=2, names=("input", "sizes"))
+    check_all(run(backend, layer, X1, [2, 3, -1, 5]), ref(lambda a: a.expand(2, 3, -1, 5), X1), "expand $sizes")
+    with pytest.raises(ShapeError, match="cannot expand"):
+        run(backend, layer, X1, [2, 3, 3, 5])
+
+
+# -- casts and no-ops ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,fn", [
+    ("torch.double", lambda t: t.double()), ("torch.int", lambda t: t.int()), ("torch.long", lambda t: t.long()),
+    ("torch.bool", lambda t: t.bool()), ("torch.float", lambda t: t.float()), ("torch.int8", lambda t: t.to(torch.int8)),
+])
+def test_tensor_to(backend, dtype, fn):
+    x = np.array([[-2.7, -0.5, 0.0, 0.5, 1.9, 100.25]], np.float32)  # float -> int truncates toward 0
+    check_all(run(backend, make_layer(backend, "Tensor.to", f"copy=False dtype={dtype}"), x), ref(fn, x), dtype)
+    xi = np.array([[-3, 0, 7]], np.int32)
+    check_all(run(backend, make_layer(backend, "Tensor.to", f"copy=False dtype={dtype}"), xi), ref(fn, xi),
+              f"{dtype} from int32")
+
+
+def test_type_as_contiguous_and_annotation_cast(backend):
+    x = np.array([[1.5, -2.5]], np.float32)
+    y = np.array([1], np.int64)
+    layer = make_layer(backend, "Tensor.type_as", "", n_in=2, names=("input", "other"))
+    check_all(run(backend, layer, x, y), ref(lambda a, b: a.type_as(b), x, y), "type_as")
+    check_all(run(backend, make_layer(backend, "Tensor.contiguous"), x), x, "contiguous")
+    layer = make_layer(backend, "Tensor.to", "copy=False", annotations="#o0=(1,2)f64")
+    check_all(run(backend, layer, x), x.astype(np.float64), "Tensor.to from the annotation")
+
+
+# -- bad parameters ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("op_type,params,key,value", [
+    ("torch.flatten", "start_dim=a", "start_dim", "'a'"),
+    ("Tensor.reshape", "shape=(2,x)", "shape", "'x'"),
+    ("Tensor.permute", "dims=(0,0,1)", "dims", "(0, 0, 1)"),
+    ("torch.chunk", "chunks=0 dim=1", "chunks", "0"),
+    ("torch.split", "split_size_or_sections=1.5 dim=0", "split_size_or_sections", "1.5"),
+    ("Tensor.slice", "start=0 end=1", "dim", "missing"),
+    ("Tensor.to", "dtype=torch.quint8", "dtype", "torch.quint8"),
+    ("torch.unsqueeze", "dim=None2", "dim", "None2"),
+    ("nn.ChannelShuffle", "groups=0", "groups", "0"),
+])
+def test_bad_parameters_name_op_key_and_value(backend, op_type, params, key, value):
+    with pytest.raises(LayerParameterError) as info:
+        make_layer(backend, op_type, params)
+    msg = str(info.value)
+    assert f"{op_type} 'op' (unit.param:" in msg and key in msg and value in msg, msg
+
+
+# -- whole exports -----------------------------------------------------------------------------------
+class ShapeZoo(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shuffle = nn.ChannelShuffle(2)
+
+    def forward(self, x):
+        y = x.permute(0, 2, 3, 1)
+        return (
+            torch.flatten(x, 1), x.flatten(2, -1), x.reshape(2, -1), x.view(-1, 4, 5), y.reshape(2, -1), y.flatten(1),
+            torch.transpose(x, 1, 2), x.transpose(-1, -2).contiguous(), torch.cat((x, y.permute(0, 3, 1, 2)), 1),
+            torch.cat([x, x], dim=-1), torch.stack((x, x), 2), *torch.chunk(x, 2, 1), *torch.split(x, [1, 3], 2),
+            *torch.split(x, 2, 3), *torch.tensor_split(x, 3, 3), x[:, 1:], x[:, :, 1:-1:2], x[..., -3:], x[:, 0],
+            x[:, 1, 2:], x[:, :, ::2, 1], x.select(1, 2), x.narrow(2, 1, 2), torch.squeeze(x[:, :1]),
+            x[:, :1].squeeze(1), torch.unsqueeze(x, 0), x.unsqueeze(-1), self.shuffle(torch.cat((x, x), 1)),
+            x[:, :1].expand(-1, 3, -1, -1), x.repeat(1, 2, 1, 1), torch.roll(x, (1, -2), (1, 3)), x.flip(1),
+            x.to(torch.float64), x.long(), x.unbind(1)[2], x.unflatten(1, (1, 3)), torch.tile(x, (2,)),
+            x.repeat_interleave(2, 1),
+        )
+
+
+class DynamicBatch(nn.Module):
+    """Exported with two batch sizes: reshapes become ``-1`` plus the fixed sizes."""
+
+    def forward(self, x):
+        b = x.size(0)
+        r = x.view(b, 3, 2, 2, 5).transpose(1, 2).contiguous().view(b, -1, 4, 5)
+        return x.view(b, -1), x.reshape(x.shape[0], 3, -1), torch.flatten(x, 1), x.permute(0, 2, 3, 1).reshape(b, 20, 3), r
+
+
+class DynamicSpatial(nn.Module):
+    """Exported with two batch and spatial sizes: reshape targets and expand sizes come from
+    pnnx.Expression lists, slice bounds from expressions and pnnx.SliceIndexes."""
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        y = x.view(b, c, h * w).permute(0, 2, 1)
+        z = y.reshape(b, h, w, c)
+        s = x.view(b, 2, c // 2, h, w).transpose(1, 2).reshape(b, -1, h, w)
+        n = x.size(2)
+        return (z, s, x.flatten(2), x.expand(b, c, h, w), torch.split(x, [1, 3], 1)[1], x[:, :, : n // 2],
+                x[:, 1:, n // 2:], x.select(2, n - 1), x.view(b, -1, 2))
+
+
+@pytest.fixture(scope="session")
+def shape_exports(tmp_path_factory):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5)
+    static = export_torch(ShapeZoo(), (x,), tmp_path_factory.mktemp("shape_static"))
+    dyn_b = export_torch(DynamicBatch(), (x,), tmp_path_factory.mktemp("shape_dynb"), inputs2=(torch.randn(3, 3, 4, 5),))
+    dyn_s = export_torch(DynamicSpatial(), (torch.randn(2, 4, 4, 6),), tmp_path_factory.mktemp("shape_dyns"),
+                         inputs2=(torch.randn(3, 4, 6, 8),))
+    return {"static": static, "batch": dyn_b, "spatial": dyn_s}
+
+
+def _compare(module, param, backend, x):
+    expected = torch_outputs(module, (x,))
+    got = run_graph(param, backend, (x,))
+    assert len(got) == len(expected)
+    for k, (a, e) in enumerate(zip(got, expected)):
+        assert_close(a, e, rtol=0, what=f"{type(module).__name__} output {k}")
+
+
+def test_exported_shape_ops_match_torch(model_backend, shape_exports):
+    _compare(ShapeZoo(), shape_exports["static"], model_backend, torch.randn(2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("batch", [1, 3, 5])
+def test_dynamic_batch_export(model_backend, shape_exports, batch):
+    text = shape_exports["batch"].read_text()
+    assert "shape=(-1," in text, "pnnx did not make the reshapes dynamic"
+    _compare(DynamicBatch(), shape_exports["batch"], model_backend, torch.randn(batch, 3, 4, 5))
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 4, 6), (1, 4, 6, 8), (3, 4, 8, 3)])
+def test_dynamic_spatial_export(model_backend, shape_exports, shape):
+    text = shape_exports["spatial"].read_text()
+    assert "$shape=" in text and "pnnx.Expression" in text, "pnnx did not make the reshape targets inputs"
+    _compare(DynamicSpatial(), shape_exports["spatial"], model_backend, torch.randn(*shape))
