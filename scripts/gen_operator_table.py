@@ -1,6 +1,6 @@
 """Write docs/operators.md: every pnnx operator type kuiper-xp has a layer for.
 
-    python scripts/gen_operator_table.py            # regenerate docs/operators.md
+    python scripts/gen_operator_table.py            # regenerate docs/operators.md and README's table
     python scripts/gen_operator_table.py --check    # exit 1 if it is out of date
 
 The table comes from ``kuiper_xp.layers.registry.items()``: the pnnx type, the layer class
@@ -16,6 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "docs" / "operators.md"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- operators:begin -->", "<!-- operators:end -->"
 
 
 def _summary(cls: type) -> str:
@@ -62,6 +64,39 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_readme_section() -> str:
+    """The compact table for README.md: one row per layer family with its pnnx types."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from kuiper_xp.layers import registry
+
+    families: dict[str, list[str]] = {}
+    for name, cls in registry.items():
+        families.setdefault(cls.__module__.rsplit(".", 1)[-1], []).append(name)
+    lines = [
+        BEGIN,
+        "## Supported operators",
+        "",
+        f"{len(registry)} pnnx operator types (generated from the layer registry by "
+        "`scripts/gen_operator_table.py`; [docs/operators.md](docs/operators.md) has one row per "
+        "type with its layer class):",
+        "",
+        "| family | pnnx types |",
+        "|---|---|",
+    ]
+    for fam in sorted(families):
+        lines.append(f"| {fam} | " + ", ".join(f"`{n}`" for n in families[fam]) + " |")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def updated_readme(text: str) -> str:
+    start, stop = text.find(BEGIN), text.find(END)
+    if start == -1 or stop == -1:
+        raise SystemExit(f"README.md lacks the {BEGIN} ... {END} markers")
+    return text[:start] + render_readme_section() + text[stop + len(END):]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--output", type=Path, default=DEFAULT_OUT, help="default: docs/operators.md")
@@ -74,10 +109,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.output} is out of date; run: python scripts/gen_operator_table.py",
                   file=sys.stderr)
             return 1
+        readme = README.read_text(encoding="utf-8")
+        if updated_readme(readme) != readme:
+            print("README.md's operator table is out of date; run: python scripts/gen_operator_table.py",
+                  file=sys.stderr)
+            return 1
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
     print(f"wrote {args.output}")
+    README.write_text(updated_readme(README.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"updated {README}")
     return 0
 
 

@@ -488,6 +488,9 @@ def test_operator_docs_are_up_to_date():
 
     for name in registry.types():
         assert f"| `{name}` |" in committed
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert mod.render_readme_section() in readme, (
+        "README.md's operator table is out of date; run: python scripts/gen_operator_table.py")
 
 
 def test_inspect_without_the_bin_still_prints_the_table(tmp_path, capsys):

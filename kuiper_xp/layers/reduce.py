@@ -235,7 +235,7 @@ class LogSumExp(_Reduce):
         return out
 
 
-@register("torch.norm", "torch.linalg.vector_norm", "torch.linalg.norm")
+@register("torch.norm", "torch.linalg.vector_norm")
 class Norm(_Reduce):
     """The vector p-norm over ``dim`` (all dims when absent): p = 2/'fro', 1, inf, -inf, 0
     (count of non-zeros) or any other number."""
