@@ -62,9 +62,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batches", default="1,8", help="batch sizes, comma-separated")
     ap.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
     ap.add_argument("--runs", type=int, default=None,
-                    help="timed repetitions per cell (default: 20 at batch 1, 8 above; --quick: 3)")
-    ap.add_argument("--warmup", type=int, default=None, help="untimed runs per engine (default 2; --quick 1)")
-    ap.add_argument("--max-cell-seconds", type=float, default=60.0,
+                    help="timed repetitions per cell (default: 15 at batch 1, 6 above; --quick: 3)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed runs per engine (default 2 at batch 1, 1 above; --quick 1)")
+    ap.add_argument("--max-cell-seconds", type=float, default=40.0,
                     help="stop repeating a (model, batch) cell after this long once --min-runs are done")
     ap.add_argument("--min-runs", type=int, default=3)
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"subset of {','.join(ENGINES)}")
@@ -85,8 +86,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             args.batches = "1"
         if "--memory" not in given:
             args.memory = False
-    if args.warmup is None:
-        args.warmup = 1 if args.quick else 2
     args.models = _csv(args.models)
     args.batches = [int(b) for b in _csv(args.batches)]
     args.engines = _csv(args.engines)
@@ -103,7 +102,13 @@ def runs_for(args, batch: int) -> int:
         return args.runs
     if args.quick:
         return 3
-    return 20 if batch == 1 else 8
+    return 15 if batch == 1 else 6
+
+
+def warmup_for(args, batch: int) -> int:
+    if args.warmup is not None:
+        return args.warmup
+    return 1 if args.quick or batch > 1 else 2
 
 
 def set_threads(threads: int) -> str:
@@ -232,7 +237,7 @@ def bench_cell(spec, files, batch: int, engines: list[tuple[str, str | None]], a
         active = [a for a in active if a[0] != label]
 
     # warm-up, interleaved
-    for _ in range(args.warmup):
+    for _ in range(warmup_for(args, batch)):
         for label, r, p in list(active):
             try:
                 r.run(p)
@@ -341,7 +346,7 @@ def measure_memory(spec, files, batch: int, entry: dict, args, tmpdir: Path, log
         np.savez(npz, n=len(inputs), **{f"in{i}": x for i, x in enumerate(inputs)})
     fdict = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()}
     cfg = {"engine": entry["engine"], "backend": entry.get("backend"), "model": spec.name,
-           "threads": args.threads, "runs": 2, "inputs": str(npz), "files": fdict}
+           "threads": args.threads, "runs": 1, "inputs": str(npz), "files": fdict}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(cfg)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -440,7 +445,7 @@ def markdown(result: dict) -> str:
     labels: list[str] = []
     for cell in result["cells"]:
         for e in cell["entries"]:
-            if e["label"] not in labels:
+            if e["label"] not in labels and e["engine"] != "all":
                 labels.append(e["label"])
     lines += ["## Summary: median ms", "", "| model | batch | " + " | ".join(labels) + " |",
               "|---|---:|" + "---:|" * len(labels)]
@@ -449,6 +454,8 @@ def markdown(result: dict) -> str:
         row = []
         for lab in labels:
             e = by.get(lab)
+            if e is None and "all" in by:
+                e = by["all"]
             row.append("n/a" if e is None else "error" if e.get("error") else _ms(e["median_ms"]))
         lines.append(f"| {cell['model']} | {cell['batch']} | " + " | ".join(row) + " |")
     rat_keys = sorted({k for c in result["cells"] for k in c["ratios"]})
@@ -514,8 +521,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {"meta": {
         "timestamp": stamp, "argv": sys.argv[1:] if argv is None else list(argv),
         "threads": args.threads, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "blas": blas,
-        "runs": "custom" if args.runs else ("3" if args.quick else "20 at batch 1, 8 above"),
-        "warmup": args.warmup, "max_cell_seconds": args.max_cell_seconds, "memory": args.memory,
+        "runs": "custom" if args.runs else ("3" if args.quick else "15 at batch 1, 6 above"),
+        "warmup": args.warmup if args.warmup is not None else ("1" if args.quick else "2 at batch 1, 1 above"),
+        "max_cell_seconds": args.max_cell_seconds, "memory": args.memory,
         "cpu": cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
         "versions": versions(), "backends": backends,
         "engines": [f"kuiper[{b}]" if e == "kuiper" else e for e, b in engines]},

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from array_api_compat import numpy as xnp
 from conftest import assert_close
 from kuiper_xp.backends import get_backend
-from test_layers_conv import op_graph, rnd, run_op, t
+from test_layers_conv import fast_mode, op_graph, rnd, run_op, t  # noqa: F401  (fixture)
 from torch import nn
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -159,6 +159,7 @@ def test_pool_output_would_be_empty_raises_shape_error(backend, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # NumPy fast max pool against the generic kernel and torch
 
+@pytest.mark.usefixtures("fast_mode")
 @pytest.mark.parametrize("case", MAXPOOL, ids=[f"c{i}" for i in range(len(MAXPOOL))])
 def test_numpy_fast_max_pool_matches_generic(case):
     n, c, h, w, k, s, p, d, ceil = case

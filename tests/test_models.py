@@ -46,3 +46,17 @@ def test_static_export_matches_torch(name, model_backend):
 def test_dynamic_batch_export_matches_torch(name, model_backend):
     g = _run(name, model_backend, dynamic=True)
     assert g.inputs[0].shape[0] is None, "the dynamic export should leave the batch open"
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v2", "squeezenet1_1"])
+def test_activation_fusion_changes_no_result(name, model_backend):
+    param = export(name, dynamic=False)
+    inputs, expected = reference(name, 1)
+    fused = kuiper_xp.load(param, backend=model_backend)
+    plain = kuiper_xp.load(param, backend=model_backend, fuse=False)
+    assert fused.fused, "some convolution -> activation pairs should be folded"
+    assert len(fused.execution_order) == len(plain.execution_order) - len(fused.fused)
+    a = kuiper_xp.to_numpy(fused(*inputs)[0])
+    b = kuiper_xp.to_numpy(plain(*inputs)[0])
+    assert_close(a, expected[0], rtol=RTOL)
+    assert_close(b, expected[0], rtol=RTOL)

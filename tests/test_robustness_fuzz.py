@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import kuiper_xp
@@ -34,9 +34,11 @@ FUZZ_N = int(os.environ.get("KUIPER_XP_FUZZ_EXAMPLES", "0") or 0)
 
 def fuzz_settings(n: int = 200):
     """``n`` derandomized examples normally; ``$KUIPER_XP_FUZZ_EXAMPLES`` random ones on request."""
+    # the normal suite: the same cases every run, no shrinking (a failure prints its input
+    # as generated); a long run shrinks and keeps a database
     kw = {}
     if not FUZZ_N:
-        kw = {"derandomize": True, "database": None}
+        kw = {"derandomize": True, "database": None, "phases": [Phase.explicit, Phase.generate]}
     return settings(max_examples=FUZZ_N or n, deadline=1000, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much], **kw)

@@ -22,14 +22,17 @@ MiB = 2**20
 @contextmanager
 def peak_below(nbytes: int):
     """Fail if Python/numpy allocate more than ``nbytes`` at once inside the block."""
-    tracemalloc.start()
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start()
     tracemalloc.reset_peak()
     base = tracemalloc.get_traced_memory()[0]
     try:
         yield
     finally:
         peak = tracemalloc.get_traced_memory()[1] - base
-        tracemalloc.stop()
+        if not was_tracing:
+            tracemalloc.stop()
         assert peak < nbytes, f"peak allocation {peak} bytes >= {nbytes}"
 
 

@@ -79,7 +79,7 @@ def _run_code(code: Sequence[_Instr], inputs: Sequence[Any], text: str) -> Any:
             del stack[-n:]
             try:
                 push(ins.arg(*args))
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise _raise_at(exc, text, ins.node) from None
     return stack[0]
 
@@ -200,7 +200,7 @@ def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -
     pay = [p for _, _, p in args]
     subs = [f for f, _, _ in args]
 
-    def fail(exc: OpError) -> ExpressionError:
+    def fail(exc: Exception) -> ExpressionError:
         return _raise_at(exc, text, node)
 
     if kinds == ("in", "in"):
@@ -209,7 +209,7 @@ def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -
         def f(ins: Any) -> Any:
             try:
                 return fn(ins[i], ins[j])
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise fail(exc) from None
     elif kinds == ("in", "const"):
         i, c = pay
@@ -217,7 +217,7 @@ def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -
         def f(ins: Any) -> Any:
             try:
                 return fn(ins[i], c)
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise fail(exc) from None
     elif kinds == ("const", "in"):
         c, j = pay
@@ -225,7 +225,7 @@ def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -
         def f(ins: Any) -> Any:
             try:
                 return fn(c, ins[j])
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise fail(exc) from None
     elif kinds == ("in",):
         (i,) = pay
@@ -233,7 +233,7 @@ def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -
         def f(ins: Any) -> Any:
             try:
                 return fn(ins[i])
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise fail(exc) from None
     elif len(args) == 1:
         (g,) = subs
@@ -241,7 +241,7 @@ def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -
         def f(ins: Any) -> Any:
             try:
                 return fn(g(ins))
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise fail(exc) from None
     elif len(args) == 2:
         g, h = subs
@@ -249,13 +249,13 @@ def _closure(fn: Any, args: list[tuple[Any, str, Any]], text: str, node: Node) -
         def f(ins: Any) -> Any:
             try:
                 return fn(g(ins), h(ins))
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise fail(exc) from None
     else:
         def f(ins: Any) -> Any:
             try:
                 return fn(*[g(ins) for g in subs])
-            except OpError as exc:
+            except (OpError, OverflowError) as exc:
                 raise fail(exc) from None
     return f
 

@@ -185,6 +185,37 @@ class OpError(Exception):
     position of the call in the expression."""
 
 
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def _i64(v: Any, name: str) -> Any:
+    """A Python scalar result, checked to fit int64 when it is an int (torch's scalar ints are
+    int64; Python's are unbounded, and shape arithmetic must not grow without limit)."""
+    if type(v) is int and not _I64_MIN <= v <= _I64_MAX:
+        raise OpError(f"{name}: integer result overflows int64")
+    return v
+
+
+def _scalar_pow(a: Any, b: Any) -> Any:
+    if type(a) is not float and type(b) is not float:
+        a, b = int(a), int(b)
+        if b >= 0 and abs(a) > 1 and b > 63:
+            raise OpError("pow: integer result overflows int64")
+        if b < 0 and a == 0:
+            return math.inf
+        return _i64(a ** b, "pow")
+    try:
+        r = a ** b
+    except ZeroDivisionError:
+        return math.inf
+    except OverflowError:
+        odd = float(b).is_integer() and int(b) % 2 == 1
+        return -math.inf if (a < 0 and odd) else math.inf
+    if isinstance(r, complex):
+        return math.nan  # a negative base to a fractional power: torch gives nan
+    return r
+
+
 def _is_scalar(v: Any) -> bool:
     return type(v) in _SCALARS
 
@@ -394,19 +425,19 @@ class ArrayOps:
         if alpha is not None:
             b = self.mul(b, alpha)
         if type(a) is not bool and type(b) is not bool and self._both_scalars(a, b):
-            return a + b
+            return _i64(a + b, "add")
         return self._binary(operator.add, a, b, False, self.xp.logical_or)
 
     def sub(self, a: Any, b: Any, alpha: Any = None) -> Any:
         if alpha is not None:
             b = self.mul(b, alpha)
         if self._both_scalars(a, b):
-            return a - b
+            return _i64(a - b, "sub")
         return self._binary(operator.sub, a, b, name="sub")
 
     def mul(self, a: Any, b: Any) -> Any:
         if self._both_scalars(a, b):
-            return a * b
+            return _i64(a * b, "mul")
         return self._binary(operator.mul, a, b, False, self.xp.logical_and)
 
     def div(self, a: Any, b: Any) -> Any:
@@ -420,7 +451,7 @@ class ArrayOps:
         if self._both_scalars(a, b):
             if b == 0:
                 raise OpError("floor_divide: division by zero")
-            return a // b
+            return _i64(a // b, "floor_divide")
         return self._int_divmod(operator.floordiv, "floor_divide", a, b)
 
     def remainder(self, a: Any, b: Any) -> Any:
@@ -441,10 +472,7 @@ class ArrayOps:
 
     def pow_(self, a: Any, b: Any) -> Any:
         if self._both_scalars(a, b):
-            try:
-                return a ** b
-            except ZeroDivisionError:
-                return math.inf
+            return _scalar_pow(a, b)
         if not self._ready(a, b):
             a, b, dt = self.coerce(a, b)
             c = self.cat(dt)
@@ -509,10 +537,14 @@ class ArrayOps:
         return self._binary(self.xp.logaddexp, a, b, True)
 
     def _bitwise(self, op: Any, name: str, a: Any, b: Any, allow_bool: bool = True) -> Any:
+        if not allow_bool and type(b) is int and b < 0:
+            raise OpError(f"{name}: negative shift count {b}")
         if self._both_scalars(a, b):
             if type(a) is float or type(b) is float:
                 raise OpError(f"{name} needs integer or bool operands, got {a!r} and {b!r}")
-            return op(a, b)
+            if op is operator.lshift and a != 0 and b > 63:
+                raise OpError(f"{name}: integer result overflows int64")
+            return _i64(op(a, b), name)
         a, b, dt = self.coerce(a, b)
         c = self.cat(dt)
         if c >= _FLOAT or (c == _BOOL and not allow_bool):
@@ -581,13 +613,13 @@ class ArrayOps:
 
     def abs_(self, x: Any) -> Any:
         if type(x) in _SCALARS:
-            return abs(x) if type(x) is not bool else x
+            return _i64(abs(x), "abs") if type(x) is not bool else x
         self._no_bool("abs", x)
         return self.xp.abs(x)
 
     def neg(self, x: Any) -> Any:
         if type(x) in _SCALARS:
-            return -x
+            return _i64(-x, "neg")
         self._no_bool("neg", x)
         return -x
 
@@ -609,7 +641,7 @@ class ArrayOps:
 
     def square(self, x: Any) -> Any:
         if type(x) in _SCALARS:
-            return int(x) * int(x) if type(x) is bool else x * x
+            return int(x) * int(x) if type(x) is bool else _i64(x * x, "square")
         if self.cat(x.dtype) == _BOOL:
             x = self.xp.astype(x, self.int64)
         return x * x
@@ -657,14 +689,20 @@ class ArrayOps:
         dtype = getattr(xp, target, None)
         to_scalar = name in ("int", "float", "bool")
 
+        def to_py(x: Any) -> Any:
+            try:
+                return _i64(py(x), name)
+            except (ValueError, OverflowError) as exc:
+                raise OpError(f"{name}(): cannot convert {x!r}: {exc}") from None
+
         def cast(x: Any) -> Any:
             if type(x) in _SCALARS:
-                return py(x)
+                return to_py(x)
             if to_scalar:
                 if getattr(x, "ndim", 1) != 0:
                     raise OpError(f"{name}() needs a number or a 0-d array, got an array of shape "
                                   f"{tuple(x.shape)}")
-                return py(x)
+                return to_py(x)
             if dtype is None:
                 raise OpError(f"{name}: dtype {target} is not available in this array library")
             return xp.astype(x, dtype) if x.dtype != dtype else x

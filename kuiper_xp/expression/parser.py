@@ -107,6 +107,8 @@ def parse(expr: str | list[Token], text: str | None = None) -> Node:
                 value = token_value(tok)
             except ValueError as exc:
                 raise err(f"bad literal {tok.text!r}: {exc}", i) from None
+            if type(value) is int and not -(2**63) <= value < 2**63:
+                raise err(f"integer literal {tok.text} does not fit in int64", i)
             node = Node("const", value, [], tok.start, tok.end)
             i += 1
         elif k is TokenKind.NAME:

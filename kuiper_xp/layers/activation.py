@@ -107,6 +107,10 @@ class ReLU(_Unary):
         # maximum propagates NaN (Array API), as torch's relu does
         return self._relu(x)
 
+    def fusion_spec(self) -> Any:
+        """What a producer (convolution, linear) applies in place when the runtime fuses this."""
+        return "relu"
+
 
 @register("nn.Sigmoid", "F.sigmoid", "torch.sigmoid")
 class Sigmoid(_Unary):
@@ -145,6 +149,12 @@ class Clamp(_Unary):
         hi = None if max_slot is not None else _bound(op, "max", None)
         out = op.outputs[0].array_dtype if op.outputs else None
         return cls(ctx, lo, hi, min_slot, max_slot, out)
+
+    def fusion_spec(self) -> Any:
+        if self.min_slot is not None or self.max_slot is not None or self.crossed:
+            return None
+        return ("clamp", None if self.lo is None else float(self.lo),
+                None if self.hi is None else float(self.hi))
 
     def forward(self, x: Any, *bounds: Any) -> Any:
         xp = self.xp

@@ -128,7 +128,7 @@ class Convolution(_ConvBase):
 
     def __init__(self, ctx: BuildContext, *, nd: int, weight: Any, bias: Any, stride, dilation,
                  groups: int, pads: fn.Pads, padding_mode: str, slots: dict[str, int],
-                 in_channels: int | None):
+                 in_channels: int | None, input_hw: tuple | None = None):
         super().__init__(ctx)
         self.nd = nd
         self.stride, self.dilation, self.groups = stride, dilation, groups
@@ -142,7 +142,7 @@ class Convolution(_ConvBase):
         if weight is not None and ctx.fast is not None and hasattr(ctx.fast, "conv2d_plan"):
             self._plan = ctx.fast.conv2d_plan(
                 weight, bias, stride=stride, dilation=dilation, groups=groups,
-                pads=pads if padding_mode == "zeros" else ((0, 0), (0, 0)))
+                pads=pads if padding_mode == "zeros" else ((0, 0), (0, 0)), input_hw=input_hw)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -189,7 +189,22 @@ class Convolution(_ConvBase):
         pads = cls._pads(op, nd, kernel, stride, dilation, weight_known=weight is not None)
         in_channels = None if weight is None else weight.shape[1] * groups
         return cls(ctx, nd=nd, weight=weight, bias=bias, stride=stride, dilation=dilation, groups=groups,
-                   pads=pads, padding_mode=mode, slots=slots, in_channels=in_channels)
+                   pads=pads, padding_mode=mode, slots=slots, in_channels=in_channels,
+                   input_hw=cls._input_hw(op, slots, nd, pads, mode))
+
+    @staticmethod
+    def _input_hw(op, slots, nd, pads, mode):
+        """The annotated spatial size the convolution kernel sees (after a non-zero padding
+        mode pads it), for the fast path's choice of algorithm; None when unknown."""
+        shape = op.inputs[slots["input"]].shape if slots["input"] < len(op.inputs) else None
+        if shape is None or len(shape) < nd + 1:
+            return None
+        hw = (1,) + tuple(shape[-1:]) if nd == 1 else tuple(shape[-2:])
+        if None in hw or pads == "same":
+            return None
+        if mode != "zeros":
+            hw = (hw[0] + sum(pads[0]), hw[1] + sum(pads[1]))
+        return hw
 
     @staticmethod
     def _pads(op, nd, kernel, stride, dilation, weight_known):
@@ -242,7 +257,7 @@ class Convolution(_ConvBase):
         fast = self.backend.fast
         if plan is None and fast is not None and hasattr(fast, "conv2d_plan"):
             plan = fast.conv2d_plan(weight, bias, stride=self.stride, dilation=self.dilation,
-                                    groups=self.groups, pads=pads)
+                                    groups=self.groups, pads=pads, transient=True)
         if plan is not None:
             y = plan(x)
         else:

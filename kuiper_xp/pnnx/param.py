@@ -20,6 +20,10 @@ from .ir import DTYPES, Model, Operand, Operator, WeightRef
 MAGIC = "7767517"
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
 _COUNT_RE = re.compile(r"[0-9]{1,18}\Z")  # a count: non-negative, fits in int64
+# pnnx's C++ reader separates tokens with ASCII whitespace only; a name may hold any other
+# character (U+00A0, U+2028, ...), so str.split()/strip() (which know Unicode spaces) are not used
+_ASCII_WS = " \t\r\x0b\x0c"
+_WS_RE = re.compile(r"[ \t\r\x0b\x0c]+")
 _SHAPE_RE = re.compile(r"\((.*)\)([a-z0-9]+)\Z")
 
 
@@ -167,7 +171,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
         return ParamFormatError(msg, path, line)
 
     # skip blank lines, remember 1-based numbers
-    numbered = [(i + 1, ln.strip()) for i, ln in enumerate(lines)]
+    numbered = [(i + 1, ln.strip(_ASCII_WS)) for i, ln in enumerate(lines)]
     numbered = [(i, ln) for i, ln in numbered if ln]
     if not numbered:
         raise err("empty file; expected the magic line 7767517", 1)
@@ -177,7 +181,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
     if len(numbered) < 2:
         raise err("missing the '<operator_count> <operand_count>' line", lno + 1)
     lno, counts = numbered[1]
-    parts = counts.split()
+    parts = _WS_RE.split(counts)
     if len(parts) != 2 or not all(_INT_RE.match(p) for p in parts):
         raise err(f"expected '<operator_count> <operand_count>', found {_shorten(counts)}", lno)
     if any(p[0] == "-" for p in parts):
@@ -204,7 +208,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
             _raise_limit(ResourceLimitError(
                 f"line of {len(line)} characters, over the limit max_line_chars={limits.max_line_chars}"),
                 f"{path}:{lno}")
-        tok = line.split()
+        tok = _WS_RE.split(line)
         if len(tok) < 4:
             raise err(f"an operator line needs '<type> <name> <n_in> <n_out> ...', found {_shorten(line, 80)}", lno)
         typ, name, s_in, s_out = tok[:4]

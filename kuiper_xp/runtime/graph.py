@@ -116,8 +116,11 @@ class Graph:
         bin_path: str | os.PathLike | None = None,
         backend: str | Backend | None = None,
         device: Any = None,
+        fuse: bool = True,
     ):
         self.param_path = Path(param_path)
+        self.fuse = fuse
+        self.fused: list[tuple[str, str]] = []  # (producer name, activation name) pairs
         self.bin_path = None if bin_path is None else Path(bin_path)
         self.backend: Backend = get_backend(backend, device)
         self.xp = self.backend.xp
@@ -214,6 +217,9 @@ class Graph:
         for r in compute:
             r.layer = registry.create(r.op, ctx)
         ctx.release()
+        outputs_of: dict[int, list[Operand]] = {id(r): list(r.op.outputs) for r in compute}
+        if self.fuse:
+            compute = self._fuse_activations(compute, outputs_of, output_operands)
 
         # successors (seed 002): operators consuming any of this operator's outputs
         for r in self.operators:
@@ -248,7 +254,7 @@ class Graph:
         keep = set(self._output_ids)
         for i, r in enumerate(steps):
             r.in_ids = tuple(slots[o.name] for o in r.op.inputs)
-            r.out_ids = tuple(slots[o.name] for o in r.op.outputs)
+            r.out_ids = tuple(slots[o.name] for o in outputs_of[id(r)])
             for s in r.in_ids:
                 last_use[s] = i
         for i, r in enumerate(steps):
@@ -260,9 +266,41 @@ class Graph:
                 raise GraphError(f"{model.path}: graph output {name!r} is never produced")
         self._steps = steps
         self._check_shapes = [
-            [(o, k) for k, o in enumerate(r.op.outputs) if o.shape is not None or o.dtype is not None]
+            [(o, k) for k, o in enumerate(outputs_of[id(r)]) if o.shape is not None or o.dtype is not None]
             for r in steps
         ]
+
+    def _fuse_activations(self, compute: list[RuntimeOperator], outputs_of: dict[int, list[Operand]],
+                          graph_outputs: list[Operand]) -> list[RuntimeOperator]:
+        """Fold an activation into the convolution/linear that feeds it, where the producer's
+        output goes nowhere else: the producer applies it in place (ReLU, clamp/ReLU6) or calls
+        it (other activations), and the activation's step disappears from the schedule."""
+        by_op = {id(r.op): r for r in compute}
+        gone: set[int] = set()
+        for r in compute:
+            setter = getattr(r.layer, "set_fused_activation", None)
+            if setter is None or len(r.op.outputs) != 1 or id(r) in gone:
+                continue
+            out = r.op.outputs[0]
+            if out in graph_outputs or len(out.consumers) != 1:
+                continue
+            c = by_op.get(id(out.consumers[0]))
+            if c is None or len(c.op.inputs) != 1 or len(c.op.outputs) != 1 or c.layer is None:
+                continue
+            spec_fn = getattr(c.layer, "fusion_spec", None)
+            spec = spec_fn() if spec_fn is not None else None
+            if spec is None:
+                if type(c.layer).__module__ != "kuiper_xp.layers.activation":
+                    continue
+                spec = c.layer.forward
+            try:
+                setter(spec)
+            except (TypeError, ValueError):
+                continue
+            outputs_of[id(r)] = list(c.op.outputs)
+            gone.add(id(c))
+            self.fused.append((r.name, c.name))
+        return [r for r in compute if id(r) not in gone]
 
     # -- inspection -----------------------------------------------------------------------------
     @property
@@ -456,8 +494,10 @@ def load(
     backend: str | Backend | None = None,
     device: Any = None,
     bin_path: str | os.PathLike | None = None,
+    fuse: bool = True,
 ) -> Graph:
     """Load a pnnx model (``.pnnx.param``; the ``.bin`` beside it unless ``bin_path``) and build
     it on ``backend``/``device`` (default: ``$KUIPER_XP_BACKEND``, else cupy with a CUDA device,
-    else numpy). Returns a built :class:`Graph`; call it with the inputs."""
-    return Graph(param_path, bin_path=bin_path, backend=backend, device=device).build()
+    else numpy). ``fuse=False`` keeps every activation as its own step (no folding into the
+    producing convolution). Returns a built :class:`Graph`; call it with the inputs."""
+    return Graph(param_path, bin_path=bin_path, backend=backend, device=device, fuse=fuse).build()
