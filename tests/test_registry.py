@@ -73,7 +73,7 @@ def test_relu_and_sigmoid_forward_match_torch(backend, type_name, fn):
     x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32) * 4
     x[0, 0, :3] = [np.nan, np.inf, -np.inf]
     layer = create_layer(_op(f"{type_name} a 1 1 0 1"), BuildContext(backend))
-    with np.errstate(all="raise"):
+    with np.errstate(over="raise", divide="raise", invalid="raise"):
         got = layer(backend.asarray(x))
     assert_close(got, fn(torch.from_numpy(x)).numpy(), rtol=1e-6, what=type_name)
 
