@@ -47,9 +47,10 @@ __all__ = [
 #: Winograd is used for 3x3 stride-1 ungrouped float32 convolutions when both channel counts are
 #: at least this (below it the transforms cost more than the multiplications they save)...
 WINOGRAD_MIN_CHANNELS = 32
-#: ...and the smaller output side is at least this; F(4x4) from WINOGRAD_F4_MIN_SIZE on, else F(2x2)
-WINOGRAD_MIN_SIZE = 10
+#: F(4x4) from this output side on, else F(2x2)
 WINOGRAD_F4_MIN_SIZE = 20
+#: a call with fewer output pixels (batch * Ho * Wo) than this runs the GEMM instead
+WINOGRAD_MIN_PIXELS = 150
 #: set to False to use the GEMM path everywhere
 USE_WINOGRAD = True
 #: im2col blocks of output rows are sized to about this many bytes (L2-resident)
@@ -216,11 +217,14 @@ def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
 # -- convolution -------------------------------------------------------------------------------
 def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pads, dtype,
                      input_hw=None) -> tuple[str, int]:
-    """``(algorithm, winograd tile)`` for a convolution; ``input_hw`` (when the model file gives
-    it) picks the Winograd tile: F(4x4) from a 20-pixel output side, F(2x2) from 10, else GEMM.
+    """``(algorithm, winograd tile)`` for a convolution. ``input_hw`` (when the model file gives
+    it) picks the Winograd tile: F(4x4) from a 20-pixel output side, else F(2x2) (whose tiles fit
+    7x7 and 14x14 maps exactly); a Winograd plan still runs the GEMM when a call has fewer than
+    ``WINOGRAD_MIN_PIXELS`` output pixels (one small image: the transforms do not pay there).
 
-    Measured on 2 Zen 3 cores with OpenBLAS against the GEMM path and torch 2.13's oneDNN: F(4x4)
-    wins from 32 channels at 28x28 and above, F(2x2) at 14x14, the GEMM at 7x7 and below.
+    Measured on 2 Zen 3 cores (OpenBLAS 0.3.31, torch 2.13 with oneDNN as the reference), single
+    image: F(4x4) beats the GEMM from 32 channels at 28x28 and above (0.65-0.75x of its time),
+    F(2x2) at 14x14 (0.8x), the GEMM wins at 7x7; batch 4-8 at 7x7: F(2x2) 0.8x of the GEMM.
     """
     kh, kw = kernel
     if (kh, kw) == (1, 1) and tuple(dilation) == (1, 1) and groups == 1 and not any(a or b for a, b in pads):
@@ -234,10 +238,7 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
             return "winograd", 4
         (t, b), (l, r) = pads
         side = min(input_hw[0] + t + b - 2, input_hw[1] + l + r - 2)
-        if side >= WINOGRAD_F4_MIN_SIZE:
-            return "winograd", 4
-        if side >= WINOGRAD_MIN_SIZE:
-            return "winograd", 2
+        return "winograd", 4 if side >= WINOGRAD_F4_MIN_SIZE else 2
     return "gemm", 0
 
 
@@ -270,15 +271,16 @@ class Conv2dPlan:
             # (kh*kw, O, 1): per-tap per-channel multipliers
             self.wtaps = np.ascontiguousarray(w.reshape(self.o, self.kh * self.kw).T).reshape(
                 self.kh * self.kw, self.o, 1)
-        elif algo == "winograd":
-            self.wino = _Winograd(w, self.bias, tile)
         else:
             # (G, O/G, K + 1): the last column is the bias, met by a row of ones in the patches
+            # (Winograd plans keep it too, for calls too small for the transforms to pay)
             wm = np.zeros((self.groups, og, k + 1), dtype=w.dtype)
             wm[:, :, :k] = w.reshape(self.groups, og, k)
             if self.bias is not None:
                 wm[:, :, k] = self.bias.reshape(self.groups, og)
             self.wmat = wm
+            if algo == "winograd":
+                self.wino = _Winograd(w, self.bias, tile)
 
     def out_size(self, h: int, w: int) -> tuple[int, int]:
         (t, b), (l, r) = self.pads
@@ -445,6 +447,8 @@ class Conv2dPlan:
         return y
 
     def _run_winograd(self, x, ho, wo):
+        if x.shape[0] * ho * wo < WINOGRAD_MIN_PIXELS:
+            return self._run_gemm(x, ho, wo)
         return self.wino(x, self.pads, ho, wo)
 
 

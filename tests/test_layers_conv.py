@@ -367,7 +367,9 @@ nf = get_backend("numpy").fast
 @pytest.fixture(params=["serial", "split"])
 def fast_mode(request, monkeypatch):
     """Run each fast-path test twice: as configured, and with every copy/elementwise pass split
-    over 3 threads and the im2col in blocks of a few rows (exercising the chunk edges)."""
+    over 3 threads and the im2col in blocks of a few rows (exercising the chunk edges). Winograd
+    runs even on calls too small to pay (the tests use small images)."""
+    monkeypatch.setattr(nf, "WINOGRAD_MIN_PIXELS", 0)
     if request.param == "split":
         monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
         monkeypatch.setattr(nf, "GEMM_BLOCK_BYTES", 4096)
@@ -446,10 +448,21 @@ def test_numpy_fast_conv_picks_the_expected_algorithm():
     assert algo(8, 8, 3)[0] == "gemm"
     assert algo(64, 64, 3, hw=(56, 56)) == ("winograd", 4)
     assert algo(256, 256, 3, hw=(14, 14)) == ("winograd", 2)
-    assert algo(512, 512, 3, hw=(7, 7))[0] == "gemm"
+    assert algo(512, 512, 3, hw=(7, 7)) == ("winograd", 2)  # the GEMM for one image, F(2x2) from 4
     assert algo(64, 64, 3, hw=None) == ("winograd", 4)
 
 
+def test_winograd_plan_runs_the_gemm_on_small_calls(monkeypatch):
+    x, wt, b = rnd(1, 32, 6, 6), rnd(32, 32, 3, 3, seed=1), rnd(32, seed=2)
+    plan = nf.conv2d_plan(wt, b, pads=((1, 1), (1, 1)), input_hw=(6, 6))
+    assert (plan.algo, plan.tile) == ("winograd", 2)
+    calls = []
+    monkeypatch.setattr(plan, "wino", lambda *a: calls.append(a))
+    assert_close(plan(x), F.conv2d(t(x), t(wt), t(b), 1, 1).numpy(), rtol=RTOL)
+    assert not calls  # 36 output pixels < WINOGRAD_MIN_PIXELS: the GEMM ran
+
+
+@pytest.mark.usefixtures("fast_mode")
 def test_numpy_fast_conv_float64_and_non_contiguous_input():
     x = rnd(2, 6, 9, 8).astype(np.float64)[:, :, ::-1]
     wt = rnd(4, 6, 3, 3, seed=1).astype(np.float64)
@@ -545,3 +558,31 @@ def test_pnnx_conv_module_matches_torch(model_backend, conv_zoo_export):
     got = run_graph(param, model_backend, inputs)
     for k, (a, e) in enumerate(zip(got, expected)):
         assert_close(a, e, rtol=1e-4, what=f"output {k}")
+
+
+@pytest.mark.usefixtures("fast_mode")
+@pytest.mark.parametrize("algo, k, pads, g", [("gemm", 3, ((0, 0), (0, 0)), 1), ("1x1", 1, ((0, 0), (0, 0)), 1),
+                                              ("depthwise", 3, ((0, 0), (0, 0)), 32),
+                                              ("winograd", 3, ((0, 0), (0, 0)), 1)])
+def test_numpy_fast_conv_on_strided_views(algo, k, pads, g):
+    base = rnd(2, 32, 12, 22)
+    x = base[:, :, 1:11, ::-2]  # non-contiguous, negative stride
+    wt = rnd(32, 32 // g, k, k, seed=1)
+    expected = F.conv2d(t(x.copy()), t(wt), None, 1, 0, 1, g).numpy()
+    plan = nf.conv2d_plan(wt, None, groups=g, pads=pads, algo=algo, tile=4 if algo == "winograd" else None)
+    assert_close(plan(x), expected, rtol=1e-4, what=algo)
+
+
+def test_conv_graph_is_thread_safe(tmp_path):
+    """Several threads running one built graph (workspaces are per thread, outputs fresh)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    wt, b = rnd(32, 32, 3, 3, seed=1), rnd(32, seed=2)
+    xs = [rnd(2, 32, 12, 12, seed=10 + i) for i in range(8)]
+    expected = [F.conv2d(t(x), t(wt), t(b), 1, 1).numpy() for x in xs]
+    g = op_graph(tmp_path, "nn.Conv2d", _conv_params(32, 32, 3, 1, 1, 1, 1, True, "zeros"), xs[:1],
+                 expected[:1], {"weight": wt, "bias": b})
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(lambda x: g(x)[0], xs * 3))
+    for r, e in zip(results, expected * 3):
+        assert_close(r, e, rtol=1e-4)

@@ -75,7 +75,7 @@ class LayerRegistry:
             layer = cls.from_operator(op, ctx)
         except KuiperXPError:
             raise
-        except (TypeError, ValueError, KeyError, IndexError) as exc:
+        except (TypeError, ValueError, KeyError, IndexError, ArithmeticError, AttributeError) as exc:
             raise LayerParameterError(f"{op.where}: cannot build the layer: {type(exc).__name__}: {exc}") from exc
         layer.op_type = op.type
         layer.op_name = op.name

@@ -299,7 +299,9 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
                 operand.shape, operand.dtype = shape, dtype
             else:
                 try:
-                    op.params[key] = parse_value(value)
+                    # a pnnx.Expression keeps its text: pnnx's value rules would split
+                    # '[size(@0,0),-1]' at the commas and turn '5.000000e+00' into 5.0
+                    op.params[key] = value if key == "expr" and typ == "pnnx.Expression" else parse_value(value)
                 except ValueError as exc:
                     raise err(f"operator {_shorten(name)}: parameter {_shorten(key)}: {exc}", lno) from None
         operators.append(op)

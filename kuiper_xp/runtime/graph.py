@@ -201,7 +201,8 @@ class Graph:
                    if r.type not in _PORTS and id(r.op) in needed
                    and not (r.type == _TUPLE and all(o not in output_operands for o in r.op.outputs)
                             and all(c.type == "pnnx.Output" for o in r.op.outputs for c in o.consumers))]
-        self.pruned = [r for r in self.operators if r.type not in _PORTS and r not in compute]
+        compute_ids = {id(r) for r in compute}
+        self.pruned = [r for r in self.operators if r.type not in _PORTS and id(r) not in compute_ids]
 
         # every unsupported operator at once, before anything is created
         missing = registry.unsupported(r.op for r in compute)
