@@ -11,9 +11,9 @@ import os
 
 import numpy as np
 import pytest
+from kuiper_xp.backends import get_backend, list_backends
 
 import kuiper_xp
-from kuiper_xp.backends import get_backend, list_backends
 
 LEGS = [
     ("numpy", "numpy", None),

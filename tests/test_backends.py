@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
+from kuiper_xp.backends import ENV_VAR, get_backend, list_backends
 
 import kuiper_xp
-from kuiper_xp.backends import ENV_VAR, get_backend, list_backends
 from kuiper_xp.errors import BackendError, BackendUnavailableError, KuiperXPError
 
 

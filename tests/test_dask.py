@@ -12,10 +12,10 @@ from torch import nn
 pytest.importorskip("distributed")
 import dask.array as da  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
+from helpers import export_torch  # noqa: E402
 
 import kuiper_xp  # noqa: E402
 import kuiper_xp.dask as kxd  # noqa: E402
-from helpers import export_torch  # noqa: E402
 
 
 class Net(nn.Module):

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 import torch
+from conftest import assert_close
+from helpers import export_torch, torch_outputs
 from torch import nn
 
 import kuiper_xp
 from kuiper_xp import Graph, GraphState
 from kuiper_xp.errors import GraphError, InputError
-from helpers import export_torch, torch_outputs
-from conftest import assert_close
 
 
 class Chain(nn.Module):
@@ -49,7 +49,7 @@ def test_stages_step_by_step(chain_param, backend):
     g = Graph(chain_param, backend=backend)
     assert g.state == GraphState.NeedInit and str(g.state) == "NeedInit"
     with pytest.raises(GraphError, match="NeedInit"):
-        g.execution_order
+        _ = g.execution_order
     g.init()
     assert g.state == GraphState.NeedBuild
     assert [r.type for r in g.operators][0] == "pnnx.Input"

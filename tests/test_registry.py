@@ -5,7 +5,14 @@ import pytest
 import torch
 
 from kuiper_xp.errors import LayerParameterError, UnsupportedOperatorError
-from kuiper_xp.layers import BuildContext, Layer, LayerRegistry, RegistryError, create_layer, registry
+from kuiper_xp.layers import (
+    BuildContext,
+    Layer,
+    LayerRegistry,
+    RegistryError,
+    create_layer,
+    registry,
+)
 from kuiper_xp.pnnx.param import parse_param_text
 
 

@@ -37,7 +37,7 @@ def test_channels_rows_cols_follow_the_seed(backend):
     t3 = Tensor.ones((2, 3, 4), backend=backend)
     assert (t3.channels, t3.rows, t3.cols, t3.size, t3.ndim) == (2, 3, 4, 24, 3)
     with pytest.raises(ShapeError, match="4-D"):
-        Tensor.zeros((1, 2, 3, 4), backend=backend).channels
+        _ = Tensor.zeros((1, 2, 3, 4), backend=backend).channels
 
 
 def test_seed_worked_example_row_and_column_major(backend):
