@@ -265,7 +265,11 @@ class Conv2dPlan:
         self.algo, self.tile = algo, tile
         k = self.cg * self.kh * self.kw
         if algo == "1x1":
-            self.wmat = np.ascontiguousarray(w.reshape(self.o, self.cg))
+            # (O, C + 1): the last column is the bias (zeros without one)
+            self.wmat = np.zeros((self.o, self.cg + 1), dtype=w.dtype)
+            self.wmat[:, :self.cg] = w.reshape(self.o, self.cg)
+            if self.bias is not None:
+                self.wmat[:, self.cg] = self.bias
         elif algo == "depthwise":
             self.mult = og  # output channels per input channel
             # (kh*kw, O, 1): per-tap per-channel multipliers
@@ -314,27 +318,39 @@ class Conv2dPlan:
 
     # -- algorithms --------------------------------------------------------------------------
     def _run_1x1(self, x, ho, wo):
+        """A plain GEMM on the input when it is contiguous and stride 1; otherwise (stride 2,
+        several small images side by side, or a bias worth folding because O >= C) the input is
+        first copied into a ``(C + 1, images*Ho*Wo)`` workspace whose last row of ones meets the
+        bias column of the weights."""
         n, c = x.shape[:2]
+        o = self.o
         sh, sw = self.stride
-        if (sh, sw) != (1, 1):
-            sub = x[:, :, ::sh, ::sw][:, :, :ho, :wo]
-            x = np.empty(sub.shape, dtype=x.dtype)
-            _copy_channels(x, sub, axis=1)
-        elif not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-        y = np.empty((n, self.o, ho, wo), dtype=self.dtype)
         ln = ho * wo
-        if n > 1 and ln < GEMM_MIN_COLUMNS:
-            # small images side by side in one GEMM: (O, C) @ (C, N*L), then back to NCHW
-            xc = _workspace((c, n, ln), self.dtype)
-            _copy_channels(xc, x.reshape(n, c, ln).transpose(1, 0, 2))
-            res = _workspace((self.o, n * ln), self.dtype, slot=11)
-            np.matmul(self.wmat, xc.reshape(c, n * ln), out=res)
-            _copy_channels(y.reshape(n, self.o, ln), res.reshape(self.o, n, ln).transpose(1, 0, 2), axis=1)
-        else:
+        src = x if (sh, sw) == (1, 1) else x[:, :, ::sh, ::sw][:, :, :ho, :wo]
+        y = np.empty((n, o, ho, wo), dtype=self.dtype)
+        batched = n > 1 and ln < GEMM_MIN_COLUMNS
+        direct = src is x and x.flags.c_contiguous and not batched
+        fold = self.bias is not None and not (direct and o < c)
+        if direct and not fold:
             for i in range(n):
-                np.matmul(self.wmat, x[i].reshape(c, ln), out=y[i].reshape(self.o, ln))
-        self._add_bias(y)
+                np.matmul(self.wmat[:, :c], x[i].reshape(c, ln), out=y[i].reshape(o, ln))
+            self._add_bias(y)
+            return y
+        kk = c + 1 if fold else c
+        wm = self.wmat if fold else self.wmat[:, :c]
+        nb = n if batched else 1
+        for i0 in range(0, n, nb):
+            b = min(nb, n - i0)
+            cols = _workspace((kk, b * ln), self.dtype)
+            if fold:
+                cols[c] = 1
+            _copy_channels(_view(cols[:c], (c, b, ho, wo)), src[i0:i0 + b].transpose(1, 0, 2, 3))
+            if b == 1:
+                np.matmul(wm, cols, out=y[i0].reshape(o, ln))
+            else:
+                res = _workspace((o, b * ln), self.dtype, slot=11)
+                np.matmul(wm, cols, out=res)
+                _copy_channels(y[i0:i0 + b].reshape(b, o, ln), res.reshape(o, b, ln).transpose(1, 0, 2), axis=1)
         return y
 
     def _run_gemm(self, x, ho, wo):

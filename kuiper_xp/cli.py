@@ -210,6 +210,8 @@ def _check_output_path(path: str | None) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     out = _Out(args)
     _check_output_path(args.output)
+    if args.scheduler or args.dask:
+        return _run_on_dask(args, out)
     if args.model is None and not args.input:
         return _run_test_set(args, out)
     if not args.input:
@@ -273,6 +275,44 @@ def cmd_run(args: argparse.Namespace) -> int:
                             lines[0] = f"output {name!r} " + lines[0]
                         for line in lines:
                             out.say(line, essential=True)
+    return 0
+
+
+def _run_on_dask(args: argparse.Namespace, out: _Out) -> int:
+    """``run MODEL --input ... --scheduler ADDRESS`` or ``--dask local``: the inputs are read and
+    run on Dask workers (each loads the model once); progress is Dask's own."""
+    try:
+        import kuiper_xp.dask as kxd
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.input:
+        raise UsageError("--scheduler/--dask need --input files (one input item per file)")
+    if args.dask not in (None, "local"):
+        raise UsageError(f"--dask takes 'local' (a LocalCluster on this machine), got {args.dask!r}")
+    with _model_files(args.model) as files:
+        g, _ = _load_graph(files, args)
+        if len(g.inputs) != 1:
+            raise UsageError(f"--scheduler/--dask run single-input models; this one takes {len(g.inputs)}")
+        paths = [str(p) for p in kio.expand_inputs(args.input)]
+        pre = kio.Preprocess(size=tuple(args.size) if args.size else None,
+                             mean=tuple(args.mean) if args.mean else None,
+                             std=tuple(args.std) if args.std else None, scale=args.scale)
+        where = args.scheduler or f"a LocalCluster of {args.workers} worker processes"
+        out.say(f"model:       {files.param}")
+        out.say(f"dask:        {len(paths)} file(s) in batches of {args.batch_size} on {where}")
+        t0 = time.perf_counter()
+        outputs = kxd.run_files(files.param, paths, scheduler=args.scheduler,
+                                local_workers=args.workers, batch_size=args.batch_size,
+                                backend=g.backend.name, progress=not out.quiet,
+                                loader=kxd.ItemLoader(g.inputs[0], pre))
+        run_s = time.perf_counter() - t0
+        names = [s.name for s in g.outputs]
+        out.say(f"time:        {_fmt_seconds(run_s)} ({len(paths) / max(run_s, 1e-12):,.1f} inputs/s)")
+        for name, a in zip(names, outputs):
+            out.say(f"output:      {name!r} {_fmt_shape(a.shape)} {a.dtype}")
+        if args.output:
+            path = kio.save_outputs(args.output, names, list(outputs))
+            out.say(f"wrote:       {path}")
     return 0
 
 
@@ -556,6 +596,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "the bundled model's own for it)")
     pre.add_argument("--scale", type=float, default=255.0, metavar="S",
                      help="divide pixel values by S first (default: 255, giving [0, 1])")
+    d = r.add_argument_group("distributed (needs the dask extra)")
+    d.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="run on the Dask cluster at ADDRESS (tcp://host:8786): each --input file "
+                        "is one input item, read and run on the workers")
+    d.add_argument("--dask", metavar="local", default=None,
+                   help="'local': start a LocalCluster of --workers processes on this machine")
+    d.add_argument("--workers", type=_positive_int, default=2, metavar="N",
+                   help="worker processes for --dask local (default: 2)")
     r.set_defaults(func=cmd_run)
 
     i = sub.add_parser(

@@ -7,9 +7,9 @@
 
 Each worker process loads the model once (a per-process cache keyed by path, file stamp,
 backend and device), never with every task: tasks carry only the model path. Chunks run with the
-numpy backend by default (``backend="cupy"`` on GPU workers). Results are identical to a
-single-process run: each chunk goes through the same graph, and nothing depends on the chunking
-for batch-independent models.
+numpy backend by default (``backend="cupy"`` on GPU workers). Results are identical, bit for
+bit, to a single-process run over the same chunks with the same thread count (Dask workers run
+BLAS single-threaded; a BLAS with more threads, or another batch size, may round differently).
 
 Needs the ``dask`` extra: ``pip install 'kuiper-xp[dask]'``.
 """
@@ -123,6 +123,27 @@ def _default_loader(path: str) -> np.ndarray:
     return kio.load_array(path)
 
 
+class ItemLoader:
+    """Reads one file as one model input item (no batch axis) on a worker: ``.npy``/``.npz`` or
+    an image preprocessed with ``pre``; a leading batch axis of 1 is dropped and the array is cast
+    to the input's declared dtype. Picklable, so it travels with the task graph."""
+
+    def __init__(self, spec: Any = None, pre: Any = None):
+        self.spec, self.pre = spec, pre
+
+    def __call__(self, path: str) -> np.ndarray:
+        from kuiper_xp import io as kio
+
+        a = kio.load_array(path, self.spec, self.pre) if self.pre is not None else kio.load_array(path, self.spec)
+        shape = getattr(self.spec, "shape", None)
+        if shape is not None and a.ndim == len(shape) and a.shape[0] == 1:
+            a = a[0]
+        dtype = getattr(self.spec, "dtype", None)
+        if dtype is not None and a.dtype != np.dtype(dtype):
+            a = a.astype(dtype)
+        return a
+
+
 def _run_files(paths: Sequence[str], model: str, backend: str, device: Any,
                loader: Callable[[str], np.ndarray]) -> tuple[np.ndarray, ...]:
     batch = np.stack([np.asarray(loader(p)) for p in paths])
@@ -185,6 +206,7 @@ def run_files(
     batch_size: int = 32,
     backend: str = "numpy",
     progress: bool = True,
+    loader: Callable[[str], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, ...]:
     """Compute :func:`map_files` on a Dask cluster: ``scheduler`` is an address
     (``tcp://host:8786``) or None with ``local_workers`` for a LocalCluster of that many worker
@@ -200,7 +222,7 @@ def run_files(
     else:
         client = Client(scheduler)
     try:
-        outs = map_files(model, paths, batch_size=batch_size, backend=backend)
+        outs = map_files(model, paths, batch_size=batch_size, backend=backend, loader=loader)
         outs = outs if isinstance(outs, tuple) else (outs,)
         persisted = client.persist(list(outs))
         if progress:

@@ -94,3 +94,41 @@ def test_survives_a_worker_killed_mid_run(model, client):
 def test_bad_input_is_clear(model):
     with pytest.raises(kuiper_xp.InputError, match="dask.array"):
         kxd.map_model(model, np.zeros((2, 4, 16, 16), np.float32))
+
+
+def test_cli_runs_files_on_a_local_cluster(tmp_path, capsys):
+    from kuiper_xp.cli import main
+    from kuiper_xp.data import __file__ as data_init
+
+    data = np.load(os.path.join(os.path.dirname(data_init), "digits_test.npz"))
+    for i in range(120):
+        np.save(tmp_path / f"x{i:03d}.npy", data["images"][i])
+    out = tmp_path / "out.npy"
+    rc = main(["run", os.path.join(os.path.dirname(data_init), "digits.pnnx.param"),
+               "--input", str(tmp_path / "*.npy"), "--dask", "local", "--workers", "2",
+               "--batch-size", "16", "--output", str(out), "--quiet"])
+    assert rc == 0, capsys.readouterr()
+    got = np.load(out)
+    g = kuiper_xp.load(os.path.join(os.path.dirname(data_init), "digits.pnnx.param"), backend="numpy")
+    # the same batches of 16 in this process: identical bits (BLAS may round differently for
+    # another batch size, so the comparison keeps the batching)
+    first = data["images"][:120]
+    # Dask workers run BLAS single-threaded; BLAS may sum in another order with more threads
+    from kuiper_xp.backends import numpy_fast
+    from threadpoolctl import threadpool_limits
+
+    saved = numpy_fast.get_num_threads()
+    numpy_fast.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            expected = np.concatenate([g(first[i:i + 16])[0] for i in range(0, 120, 16)])
+    finally:
+        numpy_fast.set_num_threads(saved)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_cli_dask_needs_inputs(capsys):
+    from kuiper_xp.cli import main
+
+    assert main(["run", "--dask", "local"]) == 2
+    assert "--input" in capsys.readouterr().err

@@ -398,6 +398,7 @@ FAST = [
     (2, 8, 8, 6, 5, 3, 1, ((1, 1), (1, 1)), 1, 2, "gemm"),
     (2, 4, 6, 33, 32, 3, 1, ((1, 1), (1, 1)), 1, 1, "gemm"),  # row blocks, one image at a time
     (2, 4, 6, 33, 32, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),
+    (1, 8, 4, 32, 33, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),  # O < C: GEMM on the input, bias after
     (3, 32, 32, 33, 32, 3, 1, ((1, 1), (1, 1)), 1, 1, "winograd4"),
     (2, 5, 7, 6, 9, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),
     (2, 5, 7, 7, 9, 1, 2, ((0, 0), (0, 0)), 1, 1, "1x1"),
@@ -586,3 +587,10 @@ def test_conv_graph_is_thread_safe(tmp_path):
         results = list(ex.map(lambda x: g(x)[0], xs * 3))
     for r, e in zip(results, expected * 3):
         assert_close(r, e, rtol=1e-4)
+
+
+def test_conv1d_channel_mismatch_message_uses_1d_shapes(tmp_path):
+    g = op_graph(tmp_path, "nn.Conv1d", _conv_params(4, 5, 3, 1, 1, 1, 1, False, "zeros", nd=1),
+                 [rnd(1, 4, 9)], 1, {"weight": rnd(5, 4, 3)}, annotate=False)
+    with pytest.raises(ShapeError, match=r"\(1, 3, 9\).*\(5, 4, 3\)"):
+        g(rnd(1, 3, 9))

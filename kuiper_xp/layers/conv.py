@@ -113,11 +113,14 @@ class _ConvBase(Layer):
             y = xp.squeeze(y, axis=0)
         return y
 
-    def _check_channels(self, x: Any, weight_shape: tuple[int, ...], expected: int) -> None:
+    def _check_channels(self, x: Any, orig_shape: tuple[int, ...], weight_shape: tuple[int, ...],
+                        expected: int) -> None:
         if x.shape[1] != expected:
+            if self.nd == 1 and len(weight_shape) == 4:
+                weight_shape = weight_shape[:2] + weight_shape[3:]
             raise ShapeError(
                 f"{self.op_type} {self.op_name!r}: input has {x.shape[1]} channels (shape "
-                f"{tuple(x.shape)}) but the weight {tuple(weight_shape)} with groups={self.groups} "
+                f"{tuple(orig_shape)}) but the weight {tuple(weight_shape)} with groups={self.groups} "
                 f"expects {expected}")
 
 
@@ -236,7 +239,8 @@ class Convolution(_ConvBase):
 
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp
-        x, unbatched = self._as4d(inputs[self.slots["input"]])
+        x0 = inputs[self.slots["input"]]
+        x, unbatched = self._as4d(x0)
         weight, bias, plan = self.weight, self.bias, self._plan
         if weight is None:
             weight = inputs[self.slots["weight"]]
@@ -247,7 +251,10 @@ class Convolution(_ConvBase):
                 weight = xp.expand_dims(weight, axis=2)
         if "bias" in self.slots:
             bias = inputs[self.slots["bias"]]
-        self._check_channels(x, tuple(weight.shape), weight.shape[1] * self.groups)
+        self._check_channels(x, tuple(x0.shape), tuple(weight.shape), weight.shape[1] * self.groups)
+        if weight.shape[0] % self.groups:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: weight {tuple(weight.shape)} has "
+                             f"{weight.shape[0]} output channels, not divisible by groups={self.groups}")
         pads = self.pads
         if pads == "same":
             pads = fn.same_pads(tuple(weight.shape[2:]), self.dilation)
@@ -344,7 +351,8 @@ class ConvTranspose(_ConvBase):
 
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp
-        x, unbatched = self._as4d(inputs[self.slots["input"]])
+        x0 = inputs[self.slots["input"]]
+        x, unbatched = self._as4d(x0)
         weight, bias, plan = self.weight, self.bias, self._plan
         if weight is None:
             weight = inputs[self.slots["weight"]]
@@ -355,7 +363,10 @@ class ConvTranspose(_ConvBase):
                 weight = xp.expand_dims(weight, axis=2)
         if "bias" in self.slots:
             bias = inputs[self.slots["bias"]]
-        self._check_channels(x, tuple(weight.shape), weight.shape[0])
+        self._check_channels(x, tuple(x0.shape), tuple(weight.shape), weight.shape[0])
+        if weight.shape[0] % self.groups:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: weight {tuple(weight.shape)} has "
+                             f"{weight.shape[0]} input channels, not divisible by groups={self.groups}")
         fast = self.backend.fast
         if plan is None and fast is not None and hasattr(fast, "conv_transpose2d_plan"):
             plan = fast.conv_transpose2d_plan(
