@@ -63,7 +63,7 @@ GEMM_MIN_COLUMNS = 1024
 #: blocks measured slower with numpy's per-call overheads, hence large)
 DEPTHWISE_BLOCK_BYTES = 1 << 26
 #: below this many elements an elementwise pass is not worth splitting over threads
-PARALLEL_MIN_ELEMENTS = 1 << 16
+PARALLEL_MIN_ELEMENTS = 1 << 18
 
 _tls = threading.local()
 
