@@ -3,20 +3,25 @@ which stays the reference; layers reach these through ``backend.fast`` and fall 
 
 Convolution (``conv2d_plan``) picks, once at build, one of:
 
-* ``1x1``: a 1x1 convolution without padding is a plain matmul over ``(N, C, H*W)`` (strided 1x1
-  convolutions subsample first); no patch copy.
+* ``1x1``: a 1x1 convolution without padding is a plain matmul over each ``(C, H*W)`` image;
+  strided ones, small batched images and biases worth folding (O >= C) go through one copy into a
+  workspace with a row of ones that meets the bias column of the packed weights.
 * ``depthwise``: one input channel per group accumulates the ``kh*kw`` shifted slices times
-  per-channel weights; no GEMM.
-* ``winograd``: F(4x4, 3x3) or F(2x2, 3x3) (by output size) for 3x3 stride-1 ungrouped
+  per-channel weights, each tap one contiguous slice of a flattened (polyphase for strides)
+  padded input; no GEMM.
+* ``winograd``: F(4x4, 3x3) or F(2x2, 3x3) (by output size) for 3x3 stride-1 ungrouped float32
   convolutions with enough channels, where it measured faster than the GEMM (see
-  :func:`choose_algorithm`); the transforms are small GEMMs, the tiles one strided copy each way.
-* ``gemm``: im2col into a per-thread workspace laid out ``(C/G*kh*kw + 1, rows*Wo)`` (one strided
-  copy per block of output rows, sized to stay in L2; the extra row of ones carries the bias), then
-  one ``(O, K+1) @ (K+1, rows*Wo)`` matmul per block written straight into the NCHW output.
+  :func:`choose_algorithm`); the transforms are small GEMMs, the tiles one strided copy each way,
+  small images of a batch share the GEMMs; calls with very few output pixels run the GEMM.
+* ``gemm``: im2col into a per-thread workspace laid out ``(C/G*kh*kw + 1, rows*Wo)`` (blocks of
+  output rows of ~4 MiB; strided convolutions read unit-stride runs from the input's polyphase
+  split; the extra row of ones carries the bias), then one ``(O, K+1) @ (K+1, rows*Wo)`` matmul
+  per block written straight into the NCHW output (several small images share one matmul).
 
-The copies and elementwise passes, which BLAS does not parallelise, are split over channels on a
-small thread pool (``set_num_threads`` / ``$KUIPER_XP_NUM_THREADS``; numpy releases the GIL in
-them). Scratch buffers are per-thread, outputs are always fresh arrays, so plans are thread-safe.
+The copies and elementwise passes, which BLAS does not parallelise, can be split over channels on a
+small thread pool (``set_num_threads`` / ``$KUIPER_XP_NUM_THREADS``, default 1: see
+``_default_threads``; numpy releases the GIL in them). Scratch buffers are per-thread, outputs
+are always fresh arrays, so plans are thread-safe.
 ``activation_inplace`` applies a layer's ``fused_activation`` on the fresh output.
 """
 
@@ -53,8 +58,9 @@ WINOGRAD_F4_MIN_SIZE = 20
 WINOGRAD_MIN_PIXELS = 150
 #: set to False to use the GEMM path everywhere
 USE_WINOGRAD = True
-#: im2col blocks of output rows are sized to about this many bytes (L2-resident)
-GEMM_BLOCK_BYTES = 1 << 20
+#: im2col blocks of output rows are sized to about this many bytes (smaller blocks keep the patches
+#: in L2 but make the GEMMs too small to be efficient; 4 MiB measured best on Zen 3)
+GEMM_BLOCK_BYTES = 4 << 20
 #: Winograd processes as many images at once as fit in about this many bytes of transformed tiles
 WINOGRAD_CHUNK_BYTES = 4 << 20
 #: batched images with fewer output pixels than this share one GEMM (small GEMMs are inefficient)
@@ -62,6 +68,8 @@ GEMM_MIN_COLUMNS = 1024
 #: depthwise convolutions work on blocks of channels of about this many bytes (cache-sized
 #: blocks measured slower with numpy's per-call overheads, hence large)
 DEPTHWISE_BLOCK_BYTES = 1 << 26
+#: strided GEMM convolutions read their patches from the input's polyphase split
+GEMM_POLYPHASE = True
 #: below this many elements an elementwise pass is not worth splitting over threads
 PARALLEL_MIN_ELEMENTS = 1 << 18
 
@@ -70,17 +78,17 @@ _tls = threading.local()
 
 # -- threads and scratch ---------------------------------------------------------------------------
 def _default_threads() -> int:
+    """1 unless ``$KUIPER_XP_NUM_THREADS`` says otherwise: OpenBLAS's idle workers spin (with
+    sched_yield) for a while after every GEMM, so a second thread of ours competes with them for
+    the cores instead of running in parallel (measured: MobileNetV2 at 2 BLAS threads 25.6 ms with
+    1 thread here, 29.0 ms with 2; 21.9 ms with 2 and ``OPENBLAS_THREAD_TIMEOUT=4``)."""
     env = os.environ.get("KUIPER_XP_NUM_THREADS")
     if env:
         try:
             return max(1, int(env))
         except ValueError:
             pass
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(n, 8))
+    return 1
 
 
 _n_threads = _default_threads()
@@ -242,6 +250,44 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
     return "gemm", 0
 
 
+class _GemmBlock:
+    """A run of patch rows (one K block) read from one array: taps ``taps_i x taps_j`` of every
+    channel; rows ``oi0 + si*a + rs*r``, columns ``oj0 + sj*b + cs*col`` of ``phase``'s array."""
+
+    __slots__ = ("phase", "taps_i", "taps_j", "ni", "nj", "oi0", "oj0", "si", "sj", "rs", "cs", "koff", "size")
+
+    def __init__(self, phase, taps_i, taps_j, oi0, oj0, si, sj, rs, cs, koff, cg):
+        self.phase, self.taps_i, self.taps_j = phase, tuple(taps_i), tuple(taps_j)
+        self.ni, self.nj = len(taps_i), len(taps_j)
+        self.oi0, self.oj0, self.si, self.sj, self.rs, self.cs = oi0, oj0, si, sj, rs, cs
+        self.koff, self.size = koff, cg * self.ni * self.nj
+
+
+def _gemm_blocks(kh, kw, stride, dilation, cg) -> list[_GemmBlock]:
+    """The im2col layout: one block for a stride-1 convolution (taps in (c, i, j) order, read
+    from the padded input); for a strided one, one block per input phase ``(p, q)`` holding the
+    taps that land on it, in (c, i, j) order inside the block (the weights are permuted alike).
+    Tap i lands on phase ``i*dh % sh`` at phase row ``i*dh // sh``; those rows step evenly."""
+    (sh, sw), (dh, dw) = stride, dilation
+    if (sh, sw) == (1, 1) or kh * kw == 1 or not GEMM_POLYPHASE:
+        return [_GemmBlock(None, range(kh), range(kw), 0, 0, dh, dw, sh, sw, 0, cg)]
+    blocks, koff = [], 0
+    for p in range(sh):
+        ti = [i for i in range(kh) if (i * dh) % sh == p]
+        if not ti:
+            continue
+        for q in range(sw):
+            tj = [j for j in range(kw) if (j * dw) % sw == q]
+            if not tj:
+                continue
+            si = (ti[1] - ti[0]) * dh // sh if len(ti) > 1 else 1
+            sj = (tj[1] - tj[0]) * dw // sw if len(tj) > 1 else 1
+            blk = _GemmBlock((p, q), ti, tj, ti[0] * dh // sh, tj[0] * dw // sw, si, sj, 1, 1, koff, cg)
+            blocks.append(blk)
+            koff += blk.size
+    return blocks
+
+
 class Conv2dPlan:
     """A convolution with its weights packed for one algorithm; ``plan(x)`` runs it on an NCHW
     array (zero padding ``pads`` applied here) and returns a fresh C-contiguous array."""
@@ -279,7 +325,11 @@ class Conv2dPlan:
             # (G, O/G, K + 1): the last column is the bias, met by a row of ones in the patches
             # (Winograd plans keep it too, for calls too small for the transforms to pay)
             wm = np.zeros((self.groups, og, k + 1), dtype=w.dtype)
-            wm[:, :, :k] = w.reshape(self.groups, og, k)
+            self.blocks = _gemm_blocks(self.kh, self.kw, self.stride, self.dilation, self.cg)
+            wg = w.reshape(self.groups, og, self.cg, self.kh, self.kw)
+            for blk in self.blocks:
+                sub = wg[:, :, :, list(blk.taps_i)][:, :, :, :, list(blk.taps_j)]
+                wm[:, :, blk.koff: blk.koff + blk.size] = sub.reshape(self.groups, og, blk.size)
             if self.bias is not None:
                 wm[:, :, k] = self.bias.reshape(self.groups, og)
             self.wmat = wm
@@ -355,50 +405,86 @@ class Conv2dPlan:
 
     def _run_gemm(self, x, ho, wo):
         n, c = x.shape[:2]
-        xp = _pad_zeros(x, self.pads)
-        g, cg, kh, kw = self.groups, self.cg, self.kh, self.kw
+        g, cg = self.groups, self.cg
         og = self.o // g
-        k = cg * kh * kw
-        (sh, sw), (dh, dw) = self.stride, self.dilation
+        k = cg * self.kh * self.kw
         y = np.empty((n, self.o, ho, wo), dtype=self.dtype)
-        s0, s1, s2, s3 = xp.strides
+        bases = self._gemm_bases(x, ho, wo)
         item = self.dtype.itemsize
+
+        def fill(cols, i0, b, r0, rows):
+            """im2col of images [i0, i0+b), output rows [r0, r0+rows) into cols[:, :k]."""
+            for blk in self.blocks:
+                base = bases[blk.phase]
+                s0, s1, s2, s3 = base.strides
+                src = as_strided(base[i0:, :, blk.oi0 + r0 * blk.rs:, blk.oj0:],
+                                 shape=(g, cg, blk.ni, blk.nj, b, rows, wo),
+                                 strides=(cg * s1, s1, blk.si * s2, blk.sj * s3, s0, blk.rs * s2, blk.cs * s3),
+                                 writeable=False)
+                dst = _view(cols[:, blk.koff: blk.koff + blk.size], (g, cg, blk.ni, blk.nj, b, rows, wo))
+                _copy_channels(dst, src, axis=1)
+
         if n > 1 and ho * wo < GEMM_MIN_COLUMNS:
             # small images: several images side by side in one GEMM (N = images * Ho*Wo), the
             # result scattered back to NCHW with one copy
             ln = ho * wo
             nb = max(1, min(n, GEMM_BLOCK_BYTES // max(1, (k + 1) * ln * item)))
             for i0 in range(0, n, nb):
-                i1 = min(n, i0 + nb)
-                b = i1 - i0
+                b = min(nb, n - i0)
                 cols = _workspace((g, k + 1, b * ln), self.dtype)
                 cols[:, k] = 1
-                dst = _view(cols[:, :k], (g, cg, kh, kw, b, ho, wo))
-                src = as_strided(xp[i0:], shape=(g, cg, kh, kw, b, ho, wo),
-                                 strides=(cg * s1, s1, s2 * dh, s3 * dw, s0, s2 * sh, s3 * sw), writeable=False)
-                _copy_channels(dst, src, axis=1)
+                fill(cols, i0, b, 0, ho)
                 res = _workspace((g, og, b * ln), self.dtype, slot=11)
                 np.matmul(self.wmat, cols, out=res)
-                _copy_channels(y[i0:i1].reshape(b, g, og, ln),
+                _copy_channels(y[i0:i0 + b].reshape(b, g, og, ln),
                                res.reshape(g, og, b, ln).transpose(2, 0, 1, 3), axis=2)
             return y
         rows = max(1, min(ho, GEMM_BLOCK_BYTES // max(1, (k + 1) * wo * item)))
         for r0 in range(0, ho, rows):
-            r1 = min(ho, r0 + rows)
-            nl = (r1 - r0) * wo
-            cols = _workspace((g, k + 1, nl), self.dtype)
+            nr = min(ho, r0 + rows) - r0
+            cols = _workspace((g, k + 1, nr * wo), self.dtype)
             cols[:, k] = 1
-            dst = _view(cols[:, :k], (g, cg, kh, kw, r1 - r0, wo))
             for i in range(n):
-                src = as_strided(xp[i, :, r0 * sh:], shape=(g, cg, kh, kw, r1 - r0, wo),
-                                 strides=(cg * s1, s1, s2 * dh, s3 * dw, s2 * sh, s3 * sw), writeable=False)
-                _copy_channels(dst, src, axis=1)
-                out = y[i].reshape(g, og, ho * wo)[:, :, r0 * wo: r1 * wo]
+                fill(cols, i, 1, r0, nr)
+                out = y[i].reshape(g, og, ho * wo)[:, :, r0 * wo: (r0 + nr) * wo]
                 if g == 1:
                     np.matmul(self.wmat[0], cols[0], out=out[0])
                 else:
                     np.matmul(self.wmat, cols, out=out)
         return y
+
+    def _gemm_bases(self, x, ho, wo):
+        """The arrays the im2col reads: the zero-padded input, or for a strided convolution its
+        ``sh*sw`` phases ``xpad[:, :, p::sh, q::sw]`` stored contiguously (then every patch row
+        is a unit-stride run)."""
+        (sh, sw) = self.stride
+        if (sh, sw) == (1, 1) or len(self.blocks) == 1 and self.blocks[0].phase is None:
+            return {None: _pad_zeros(x, self.pads)}
+        n, c, h, w = x.shape
+        hq = ho + max(blk.oi0 + (blk.ni - 1) * blk.si for blk in self.blocks)
+        wq = wo + max(blk.oj0 + (blk.nj - 1) * blk.sj for blk in self.blocks)
+        (t, _), (l, _) = self.pads
+        hh, ww = max(0, min(h, sh * hq - t)), max(0, min(w, sw * wq - l))
+        ph = _workspace((sh, sw, n, c, hq, wq), self.dtype, slot=12)
+
+        def part(lo, hi):
+            for p in range(sh):
+                for q in range(sw):
+                    dst = ph[p, q, :, lo:hi]
+                    # phase rows/cols r map to padded rows sh*r + p, i.e. input rows sh*r + p - t
+                    r_a = max(0, -(-(t - p) // sh))
+                    r_b = min(hq, -(-(t + hh - p) // sh))
+                    c_a = max(0, -(-(l - q) // sw))
+                    c_b = min(wq, -(-(l + ww - q) // sw))
+                    dst[:, :, :r_a] = 0
+                    dst[:, :, max(r_a, r_b):] = 0
+                    dst[:, :, r_a:r_b, :c_a] = 0
+                    dst[:, :, r_a:r_b, max(c_a, c_b):] = 0
+                    if r_b > r_a and c_b > c_a:
+                        dst[:, :, r_a:r_b, c_a:c_b] = x[:, lo:hi, sh * r_a + p - t: sh * (r_b - 1) + p - t + 1: sh,
+                                                       sw * c_a + q - l: sw * (c_b - 1) + q - l + 1: sw]
+        _parallel(part, c, ph.size)
+        return {(p, q): ph[p, q] for p in range(sh) for q in range(sw)}
 
     def _run_depthwise(self, x, ho, wo):
         """Stride and dilation are handled by a polyphase split: tap (i, j) reads phase
