@@ -8,11 +8,15 @@ Convolution (``conv2d_plan``) picks, once at build, one of:
   workspace with a row of ones that meets the bias column of the packed weights.
 * ``depthwise``: one input channel per group accumulates the ``kh*kw`` shifted slices times
   per-channel weights, each tap one contiguous slice of a flattened (polyphase for strides)
-  padded input; no GEMM.
+  padded input; no GEMM. Maps of at most ``DEPTHWISE_NHWC_MAX_PIXELS`` output pixels run
+  channels-last instead (long contiguous inner loops over channels). A fused activation is
+  applied inside the cache-sized blocks.
 * ``winograd``: F(4x4, 3x3) or F(2x2, 3x3) (by output size) for 3x3 stride-1 ungrouped float32
   convolutions with enough channels, where it measured faster than the GEMM (see
   :func:`choose_algorithm`); the transforms are small GEMMs, the tiles one strided copy each way,
   small images of a batch share the GEMMs; calls with very few output pixels run the GEMM.
+* ``patch``: stride == kernel without padding (ViT's patch embedding): the patch matrix is one
+  strided copy of the input, then one GEMM.
 * ``gemm``: im2col into a per-thread workspace laid out ``(C/G*kh*kw + 1, rows*Wo)`` (blocks of
   output rows of ~4 MiB; strided convolutions read unit-stride runs from the input's polyphase
   split; the extra row of ones carries the bias), then one ``(O, K+1) @ (K+1, rows*Wo)`` matmul
@@ -22,7 +26,9 @@ The copies and elementwise passes, which BLAS does not parallelise, can be split
 small thread pool (``set_num_threads`` / ``$KUIPER_XP_NUM_THREADS``, default 1: see
 ``_default_threads``; numpy releases the GIL in them). Scratch buffers are per-thread, outputs
 are always fresh arrays, so plans are thread-safe.
-``activation_inplace`` applies a layer's ``fused_activation`` on the fresh output.
+``activation_inplace`` applies a layer's ``fused_activation`` on the fresh output; ``unary`` and
+the named kernels it shares with it (sigmoid, SiLU, hardswish, hardsigmoid, GELU erf/tanh) run
+in L2-sized chunks with chunk-sized temporaries, warning-free and NaN/Inf-exact as torch.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ __all__ = [
     "linear",
     "pack_linear",
     "activation_inplace",
+    "unary",
+    "UNARY_ACTIVATIONS",
     "set_num_threads",
     "get_num_threads",
 ]
@@ -65,9 +73,15 @@ GEMM_BLOCK_BYTES = 4 << 20
 WINOGRAD_CHUNK_BYTES = 4 << 20
 #: batched images with fewer output pixels than this share one GEMM (small GEMMs are inefficient)
 GEMM_MIN_COLUMNS = 1024
-#: depthwise convolutions work on blocks of channels of about this many bytes (cache-sized
-#: blocks measured slower with numpy's per-call overheads, hence large)
-DEPTHWISE_BLOCK_BYTES = 1 << 26
+#: depthwise convolutions work on blocks of channels (all images of the batch) of about this many
+#: bytes of padded input and accumulators (L2-sized blocks measured slower with numpy's per-call
+#: overheads; 4 MiB measured best for MobileNetV2 shapes at batch 1 and 8: 8.1 / 64 ms against
+#: 8.9 / 97 ms for whole-tensor passes)
+DEPTHWISE_BLOCK_BYTES = 4 << 20
+#: depthwise convolutions with at most this many output pixels per image run channels-last
+#: (measured for MobileNetV2 at batch 8: 7x7x960 1.8 ms against 3.9 planar, 14x14x576 5.1 / 6.6,
+#: 28x28x192 even, 56x56x144 35 / 14)
+DEPTHWISE_NHWC_MAX_PIXELS = 256
 #: strided GEMM convolutions read their patches from the input's polyphase split
 GEMM_POLYPHASE = True
 #: below this many elements an elementwise pass is not worth splitting over threads
@@ -205,8 +219,158 @@ def pad(x: np.ndarray, pads, mode: str = "zeros", value: float = 0.0) -> np.ndar
     return np.pad(x, width, mode=m)
 
 
+# -- elementwise activations -------------------------------------------------------------------
+#: elements per chunk of the chunked elementwise kernels: the chunk and its temporaries stay in L2,
+#: so each kernel costs about one pass over memory however many ufunc steps it takes
+UNARY_CHUNK = 1 << 16
+#: the activations :func:`unary` and :func:`activation_inplace` compute (float32/float64 arrays)
+UNARY_ACTIVATIONS = frozenset({"sigmoid", "silu", "hardswish", "hardsigmoid", "gelu", "gelu_tanh"})
+_SQRT1_2 = 0.70710678118654752440
+_SQRT_2_PI = 0.79788456080286535588
+# float32 erf (the rational approximation of kuiper_xp.layers.activation._erf_float32)
+_ERF_P = (-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04, -5.69250639462346e-05,
+          -2.10102402082508e-06, 2.77068142495902e-08, -2.72614225801306e-10)
+_ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -2.13374055278905e-04,
+          -1.45660718464996e-05)
+_ERF_P_HALF = tuple(c * 0.5 for c in _ERF_P)
+
+
+def _k_sigmoid(s, d, tmp):
+    np.negative(s, out=d)
+    np.exp(d, out=d)  # overflows to inf below -log(max): 1 / inf = 0, as torch gives
+    d += 1
+    np.reciprocal(d, out=d)
+
+
+def _k_silu(s, d, tmp):
+    t = tmp(0)
+    np.negative(s, out=t)
+    np.exp(t, out=t)
+    t += 1
+    np.divide(s, t, out=d)  # x / (1 + exp(-x)): -inf / inf is NaN, as torch's -inf * 0
+
+
+def _k_hardswish(s, d, tmp):
+    t = tmp(0)
+    np.add(s, 3, out=t)
+    np.clip(t, 0, 6, out=t)  # clip propagates NaN
+    np.multiply(s, t, out=d)
+    np.divide(d, 6, out=d)
+
+
+def _k_hardsigmoid(s, d, tmp):
+    np.add(s, 3, out=d)
+    np.clip(d, 0, 6, out=d)
+    np.divide(d, 6, out=d)
+
+
+def _k_gelu_tanh(s, d, tmp):
+    t = tmp(0)
+    np.multiply(s, s, out=t)
+    t *= s
+    t *= 0.044715
+    t += s
+    t *= _SQRT_2_PI
+    np.tanh(t, out=t)
+    t += 1
+    np.multiply(s, 0.5, out=d)
+    d *= t
+
+
+def _k_gelu(s, d, tmp):
+    if s.dtype != np.float32:
+        e = expr_erf(s * _SQRT1_2)
+        e += 1
+        np.multiply(s, 0.5, out=d)
+        d *= e
+        return
+    # x * (0.5 + 0.5 erf(x / sqrt 2)): the 0.5 is folded into the numerator's coefficients
+    # (exact: a power of two)
+    x, x2, p, q = tmp(0), tmp(1), tmp(2), tmp(3)
+    np.multiply(s, _SQRT1_2, out=x)
+    np.clip(x, -4.0, 4.0, out=x)
+    np.multiply(x, x, out=x2)
+    np.multiply(x2, _ERF_P_HALF[6], out=p)
+    p += _ERF_P_HALF[5]
+    for c in _ERF_P_HALF[4::-1]:
+        p *= x2
+        p += c
+    np.multiply(x2, _ERF_Q[4], out=q)
+    q += _ERF_Q[3]
+    for c in _ERF_Q[2::-1]:
+        q *= x2
+        q += c
+    p *= x
+    p /= q
+    p += 0.5
+    np.multiply(s, p, out=d)
+
+
+_KERNELS = {"sigmoid": _k_sigmoid, "silu": _k_silu, "hardswish": _k_hardswish,
+            "hardsigmoid": _k_hardsigmoid, "gelu": _k_gelu, "gelu_tanh": _k_gelu_tanh}
+
+
+def _memory_order(x: np.ndarray):
+    """``(perm, inverse)`` such that ``x.transpose(perm)`` lists x's axes by decreasing stride
+    (C order when x is a permuted view of a contiguous array)."""
+    perm = sorted(range(x.ndim), key=lambda a: -abs(x.strides[a]))
+    inv = [0] * x.ndim
+    for i, a in enumerate(perm):
+        inv[a] = i
+    return perm, inv
+
+
+_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 4, "gelu_tanh": 1}
+
+
+def _run_unary(name: str, src: np.ndarray, dst: np.ndarray) -> None:
+    """Kernel ``name`` over flat C-contiguous ``src``/``dst`` (may be the same array) in chunks
+    of UNARY_CHUNK elements, with per-thread chunk-sized temporaries."""
+    kernel, n_tmp = _KERNELS[name], _N_TEMPS[name]
+    n = src.size
+    dt = src.dtype
+    step = UNARY_CHUNK
+
+    def part(c0, c1):
+        lo, hi = c0 * step, min(n, c1 * step)
+        bufs = [_workspace((step,), dt, slot=40 + k) for k in range(n_tmp)]
+        full = bufs.__getitem__
+        with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+            for i in range(lo, hi, step):
+                j = min(hi, i + step)
+                if j - i == step:
+                    kernel(src[i:j], dst[i:j], full)
+                else:
+                    kernel(src[i:j], dst[i:j], lambda k, m=j - i: bufs[k][:m])
+    _parallel(part, -(-n // step), n)
+
+
+def unary(name: str, x: np.ndarray) -> np.ndarray:
+    """One of :data:`UNARY_ACTIVATIONS` of a float32/float64 array, as a fresh array laid out
+    like ``x`` (a permuted view gives a permuted result, as torch's elementwise ops do)."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return unary(name, x.reshape(1)).reshape(())
+    perm, inv = _memory_order(x)
+    xt = x.transpose(perm)
+    if not xt.flags.c_contiguous:
+        xt = np.ascontiguousarray(xt)
+    out = np.empty(xt.shape, dtype=x.dtype)
+    _run_unary(name, xt.reshape(-1), out.reshape(-1))
+    return out.transpose(inv)
+
+
 def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
-    """Apply a fused activation (``"relu"`` or ``("clamp", lo, hi)``) to ``y`` in place."""
+    """Apply a fused activation (``"relu"``, ``("clamp", lo, hi)``, a name from
+    :data:`UNARY_ACTIVATIONS`, or a callable) to the fresh array ``y``, in place where it can."""
+    if isinstance(spec, str) and spec in _KERNELS:
+        if y.dtype not in (np.float32, np.float64):
+            return unary(spec, y.astype(np.float32)).astype(y.dtype)
+        if not y.flags.c_contiguous:
+            return unary(spec, y)
+        flat = y.reshape(-1)
+        _run_unary(spec, flat, flat)
+        return y
     if spec == "relu":
         np.maximum(y, 0, out=y)
     elif isinstance(spec, tuple) and spec[0] == "clamp":
@@ -239,6 +403,9 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
         return "1x1", 0
     if cg == 1 and groups > 1:
         return "depthwise", 0
+    if (groups == 1 and tuple(stride) == (kh, kw) and kh * kw > 1 and tuple(dilation) == (1, 1)
+            and not any(a or b for a, b in pads)):
+        return "patch", 0
     if (USE_WINOGRAD and groups == 1 and (kh, kw) == (3, 3) and tuple(stride) == (1, 1)
             and tuple(dilation) == (1, 1) and min(o, cg) >= WINOGRAD_MIN_CHANNELS
             and np.dtype(dtype) == np.float32):
@@ -316,6 +483,15 @@ class Conv2dPlan:
             self.wmat[:, :self.cg] = w.reshape(self.o, self.cg)
             if self.bias is not None:
                 self.wmat[:, self.cg] = self.bias
+        elif algo == "patch":
+            if self.stride != (self.kh, self.kw) or self.dilation != (1, 1) or self.groups != 1 \
+                    or any(a or b for a, b in self.pads):
+                raise ValueError("the patch algorithm needs stride == kernel, no dilation, groups or padding")
+            # (O, C*kh*kw + 1) in the natural (c, i, j) order; the last column is the bias
+            self.wmat = np.zeros((self.o, k + 1), dtype=w.dtype)
+            self.wmat[:, :k] = w.reshape(self.o, k)
+            if self.bias is not None:
+                self.wmat[:, k] = self.bias
         elif algo == "depthwise":
             self.mult = og  # output channels per input channel
             # (kh*kw, O, 1): per-tap per-channel multipliers
@@ -342,7 +518,16 @@ class Conv2dPlan:
         wo = (w + l + r - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
         return ho, wo
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
+    def __call__(self, x: np.ndarray, activation: Any = None) -> np.ndarray:
+        """The convolution of ``x``; ``activation`` (a non-callable spec of
+        :func:`activation_inplace`) is applied to the output, inside the cache-sized blocks where
+        the algorithm has them (depthwise), else on the whole output at the end."""
+        y = self._conv(x, activation)
+        if activation is not None and self.algo != "depthwise":
+            y = activation_inplace(y, activation)
+        return y
+
+    def _conv(self, x: np.ndarray, activation: Any = None) -> np.ndarray:
         x = np.asarray(x)
         if x.dtype != self.dtype:
             x = x.astype(self.dtype)
@@ -353,6 +538,8 @@ class Conv2dPlan:
 
             raise ShapeError(f"convolution output would be empty for input {x.shape}, kernel "
                              f"{(self.kh, self.kw)}, pads {self.pads}, stride {self.stride}")
+        if self.algo == "depthwise":
+            return self._run_depthwise(x, ho, wo, activation)
         return getattr(self, "_run_" + self.algo)(x, ho, wo)
 
     def _add_bias(self, y: np.ndarray) -> None:
@@ -401,6 +588,34 @@ class Conv2dPlan:
                 res = _workspace((o, b * ln), self.dtype, slot=11)
                 np.matmul(wm, cols, out=res)
                 _copy_channels(y[i0:i0 + b].reshape(b, o, ln), res.reshape(o, b, ln).transpose(1, 0, 2), axis=1)
+        return y
+
+    def _run_patch(self, x, ho, wo):
+        """Non-overlapping patches (stride == kernel, no padding: ViT's patch embedding): the
+        patch matrix is one strided copy of the input, ``(C*kh*kw + 1, images*Ho*Wo)``, with a
+        row of ones for the bias; then one GEMM per block of images."""
+        n, c = x.shape[:2]
+        kh, kw = self.kh, self.kw
+        k = c * kh * kw
+        ln = ho * wo
+        y = np.empty((n, self.o, ho, wo), dtype=self.dtype)
+        s0, s1, s2, s3 = x.strides
+        item = self.dtype.itemsize
+        nb = max(1, min(n, (GEMM_BLOCK_BYTES * 4) // max(1, (k + 1) * ln * item)))
+        for i0 in range(0, n, nb):
+            b = min(nb, n - i0)
+            cols = _workspace((k + 1, b * ln), self.dtype)
+            cols[k] = 1
+            src = as_strided(x[i0:], shape=(c, kh, kw, b, ho, wo),
+                             strides=(s1, s2, s3, s0, kh * s2, kw * s3), writeable=False)
+            _copy_channels(_view(cols[:k], (c, kh, kw, b, ho, wo)), src)
+            if b == 1:
+                np.matmul(self.wmat, cols, out=y[i0].reshape(self.o, ln))
+            else:
+                res = _workspace((self.o, b * ln), self.dtype, slot=11)
+                np.matmul(self.wmat, cols, out=res)
+                _copy_channels(y[i0:i0 + b].reshape(b, self.o, ln),
+                               res.reshape(self.o, b, ln).transpose(1, 0, 2), axis=1)
         return y
 
     def _run_gemm(self, x, ho, wo):
@@ -486,13 +701,15 @@ class Conv2dPlan:
         _parallel(part, c, ph.size)
         return {(p, q): ph[p, q] for p in range(sh) for q in range(sw)}
 
-    def _run_depthwise(self, x, ho, wo):
+    def _run_depthwise(self, x, ho, wo, activation=None):
         """Stride and dilation are handled by a polyphase split: tap (i, j) reads phase
         ``(i*dh % sh, j*dw % sw)`` of the padded input at offset ``(i*dh // sh, j*dw // sw)``, a
         stride-1 access. Each phase is stored flat with row length ``wq``, so every tap is one
         contiguous slice of length ``ho*wq`` (the ``wq - wo`` extra columns are dropped at the
         end, fused with the bias add). Channels are processed in L2-sized blocks on the pool."""
         n, c = x.shape[:2]
+        if self.mult == 1 and ho * wo <= DEPTHWISE_NHWC_MAX_PIXELS:
+            return self._run_depthwise_nhwc(x, ho, wo, activation)
         if self.mult != 1:
             x = np.repeat(x, self.mult, axis=1)
         h, w = x.shape[2:]
@@ -505,48 +722,124 @@ class Conv2dPlan:
         wq = wo + max(tp[3] for tp in taps)
         hp, wp = sh * hq, sw * wq
         hh, ww = max(0, min(h, hp - t)), max(0, min(w, wp - l))
-        nph = sh * sw
         y = np.empty((n, o, ho, wo), dtype=self.dtype)
         bias = None if self.bias is None else self.bias.reshape(o, 1, 1)
         per_channel = (hp * wp + 2 * ho * wq) * self.dtype.itemsize
-        block = max(1, min(o, DEPTHWISE_BLOCK_BYTES // max(1, per_channel)))
+        # blocks of channels of one image at a time (several images per block only when one
+        # image's channels are small): the accumulators stay in cache between the tap passes
+        per_image = o * per_channel
+        ni = max(1, min(n, DEPTHWISE_BLOCK_BYTES // max(1, per_image)))
+        block = max(1, min(o, DEPTHWISE_BLOCK_BYTES // max(1, ni * per_channel)))
 
         def part(c0, c1):
-            for b0 in range(c0, c1, block):
+            for i0, b0 in ((i0, b0) for i0 in range(0, n, ni) for b0 in range(c0, c1, block)):
+                i1 = min(n, i0 + ni)
                 b1 = min(c1, b0 + block)
-                nb = b1 - b0
-                xp = _workspace((n, nb, hp, wp), self.dtype, slot=7)
-                xp[:, :, :t] = 0
-                xp[:, :, t + hh:] = 0
-                xp[:, :, t:t + hh, :l] = 0
-                xp[:, :, t:t + hh, l + ww:] = 0
-                xp[:, :, t:t + hh, l:l + ww] = x[:, b0:b1, :hh, :ww]
-                if nph == 1:
-                    phases = xp.reshape(1, n, nb, hq * wq)
-                else:
-                    phases = _workspace((sh, sw, n, nb, hq, wq), self.dtype, slot=8)
-                    for p in range(sh):
-                        for q in range(sw):
-                            phases[p, q] = xp[:, :, p::sh, q::sw]
-                    phases = phases.reshape(nph, n, nb, hq * wq)
-                acc = _workspace((n, nb, ho * wq), self.dtype, slot=9)
-                tmp = _workspace((n, nb, ho * wq), self.dtype, slot=10)
-                for k, (p, q, oi, oj) in enumerate(taps):
-                    off = oi * wq + oj
-                    v = phases[p * sw + q, :, :, off: off + ho * wq]
-                    wt = self.wtaps[k, b0:b1]
+                self._depthwise_block(x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation)
+        _parallel(part, o, y.size * len(taps))
+        return y
+
+    def _run_depthwise_nhwc(self, x, ho, wo, activation=None):
+        """Small maps (many channels, few pixels): channels-last, so that every tap pass runs
+        along contiguous channel vectors (the planar form's rows of 7 or 14 pixels make numpy's
+        inner loops too short); one transposing copy in, one out, per block of images."""
+        n, c, h, w = x.shape
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        (t, b), (l, r) = self.pads
+        hp, wp = h + t + b, w + l + r
+        item = self.dtype.itemsize
+        per_image = (hp * wp + 2 * ho * wo) * c * item
+        ni = max(1, min(n, DEPTHWISE_BLOCK_BYTES // max(1, per_image)))
+        y = np.empty((n, c, ho, wo), dtype=self.dtype)
+        bias = self.bias
+        taps = [(i * dh, j * dw) for i in range(self.kh) for j in range(self.kw)]
+
+        def part(lo, hi):
+            for i0 in range(lo, hi, ni):
+                i1 = min(hi, i0 + ni)
+                m = i1 - i0
+                xp = _workspace((m, hp, wp, c), self.dtype, slot=13)
+                xp[:, :t] = 0
+                xp[:, t + h:] = 0
+                xp[:, t:t + h, :l] = 0
+                xp[:, t:t + h, l + w:] = 0
+                xp[:, t:t + h, l:l + w] = x[i0:i1].transpose(0, 2, 3, 1)
+                acc = _workspace((m, ho, wo, c), self.dtype, slot=14)
+                tmp = _workspace((m, ho, wo, c), self.dtype, slot=15)
+                for k, (oi, oj) in enumerate(taps):
+                    v = xp[:, oi: oi + sh * (ho - 1) + 1: sh, oj: oj + sw * (wo - 1) + 1: sw]
+                    wt = self.wtaps[k, :, 0]
                     if k == 0:
                         np.multiply(v, wt, out=acc)
                     else:
                         np.multiply(v, wt, out=tmp)
                         acc += tmp
-                src = acc.reshape(n, nb, ho, wq)[:, :, :, :wo]
-                if bias is None:
-                    y[:, b0:b1] = src
-                else:
-                    np.add(src, bias[b0:b1], out=y[:, b0:b1])
-        _parallel(part, o, y.size * len(taps))
+                if bias is not None:
+                    acc += bias
+                res = acc if activation is None else activation_inplace(acc, activation)
+                y[i0:i1] = res.transpose(0, 3, 1, 2)
+        _parallel(part, n, y.size * len(taps))
         return y
+
+    def _depthwise_block(self, x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation):
+        """Images [i0, i1), channels [b0, b1) of a depthwise convolution (see _run_depthwise)."""
+        (sh, sw) = self.stride
+        (t, _), (l, _) = self.pads
+        hp, wp = sh * hq, sw * wq
+        nph = sh * sw
+        n = i1 - i0
+        x = x[i0:i1]
+        y = y[i0:i1]
+        nb = b1 - b0
+        if nph == 1:
+            xp = _workspace((n, nb, hp, wp), self.dtype, slot=7)
+            xp[:, :, :t] = 0
+            xp[:, :, t + hh:] = 0
+            xp[:, :, t:t + hh, :l] = 0
+            xp[:, :, t:t + hh, l + ww:] = 0
+            xp[:, :, t:t + hh, l:l + ww] = x[:, b0:b1, :hh, :ww]
+            phases = xp.reshape(1, n, nb, hq * wq)
+        else:
+            # the phases of the zero-padded input, written straight from the input: phase
+            # (p, q) row r / column cc is padded row sh*r + p, i.e. input row sh*r + p - t
+            phases = _workspace((sh, sw, n, nb, hq, wq), self.dtype, slot=8)
+            for p in range(sh):
+                for q in range(sw):
+                    dst = phases[p, q]
+                    r_a = max(0, -(-(t - p) // sh))
+                    r_b = min(hq, -(-(t + hh - p) // sh))
+                    c_a = max(0, -(-(l - q) // sw))
+                    c_b = min(wq, -(-(l + ww - q) // sw))
+                    dst[:, :, :r_a] = 0
+                    dst[:, :, max(r_a, r_b):] = 0
+                    dst[:, :, r_a:r_b, :c_a] = 0
+                    dst[:, :, r_a:r_b, max(c_a, c_b):] = 0
+                    if r_b > r_a and c_b > c_a:
+                        dst[:, :, r_a:r_b, c_a:c_b] = x[:, b0:b1, sh * r_a + p - t: sh * (r_b - 1) + p - t + 1: sh,
+                                                       sw * c_a + q - l: sw * (c_b - 1) + q - l + 1: sw]
+            phases = phases.reshape(nph, n, nb, hq * wq)
+        acc = _workspace((n, nb, ho * wq), self.dtype, slot=9)
+        tmp = _workspace((n, nb, ho * wq), self.dtype, slot=10)
+        for k, (p, q, oi, oj) in enumerate(taps):
+            off = oi * wq + oj
+            v = phases[p * sw + q, :, :, off: off + ho * wq]
+            wt = self.wtaps[k, b0:b1]
+            if k == 0:
+                np.multiply(v, wt, out=acc)
+            else:
+                np.multiply(v, wt, out=tmp)
+                acc += tmp
+        if activation is not None:  # bias and activation while the block is in cache
+            if bias is not None:
+                acc += bias[b0:b1, :, 0]
+            acc = activation_inplace(acc, activation)  # in place but for float16
+            y[:, b0:b1] = acc.reshape(n, nb, ho, wq)[:, :, :, :wo]
+            return
+        src = acc.reshape(n, nb, ho, wq)[:, :, :, :wo]
+        if bias is None:
+            y[:, b0:b1] = src
+        else:
+            np.add(src, bias[b0:b1], out=y[:, b0:b1])
 
     def _run_winograd(self, x, ho, wo):
         if x.shape[0] * ho * wo < WINOGRAD_MIN_PIXELS:

@@ -3,6 +3,8 @@ NaN/Inf inputs, dtype rules, bad parameters, and whole pnnx exports run through 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -325,3 +327,97 @@ def test_float32_erf_used_by_gelu_is_accurate(backend):
     assert float(np.max(np.abs(got[fin] - expected[fin]))) < 5e-7
     tiny = np.abs(x) < 1e-3  # relative accuracy near 0, where erf(x) ~ 2x/sqrt(pi)
     assert np.allclose(got[tiny], expected[tiny], rtol=1e-6, atol=0)
+
+
+# -- NumPy fast elementwise kernels (backends/numpy_fast.unary / activation_inplace) -------------
+FAST_UNARY = {
+    "sigmoid": ("nn.Sigmoid", "", torch.sigmoid),
+    "silu": ("nn.SiLU", "", F.silu),
+    "hardswish": ("nn.Hardswish", "", F.hardswish),
+    "hardsigmoid": ("nn.Hardsigmoid", "", F.hardsigmoid),
+    "gelu": ("nn.GELU", "", F.gelu),
+    "gelu_tanh": ("nn.GELU", "approximate=tanh", lambda x: F.gelu(x, approximate="tanh")),
+}
+
+
+def _fast_numpy():
+    from kuiper_xp.backends import get_backend
+
+    return get_backend("numpy").fast
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def small_chunks(request, monkeypatch):
+    """Chunks smaller than the arrays (a short last chunk included), on one and two threads."""
+    nf = _fast_numpy()
+    monkeypatch.setattr(nf, "UNARY_CHUNK", 64)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 1)
+    old = nf.get_num_threads()
+    nf.set_num_threads(request.param)
+    yield nf
+    nf.set_num_threads(old)
+
+
+@pytest.mark.parametrize("name", sorted(FAST_UNARY))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, view", [((2, 3, 4, 5), None), ((3, 85, 4, 5), (0, 2, 3, 1)), ((29,), None),
+                                         ((), None), ((0, 4), None), ((6, 9), "slice")],
+                         ids=["4d", "permuted", "1d", "0d", "empty", "strided"])
+def test_fast_unary_matches_generic_and_torch(small_chunks, name, dtype, shape, view):
+    """Fast kernel vs the generic Array-API layer (strict backend) vs torch, NaN/Inf included,
+    with no floating-point warnings; a permuted input gives a result laid out the same way."""
+    nf = small_chunks
+    op_type, params, fn = FAST_UNARY[name]
+    if not shape or 0 in shape:
+        x = np.full(shape, -100.0, dtype=dtype)
+    else:
+        x = special_input(shape=shape, dtype=dtype, seed=3)
+    if view == "slice":
+        x = x[:, ::2]
+    elif view is not None:
+        x = np.transpose(x, view)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = nf.unary(name, x)
+    assert got.shape == x.shape and got.dtype == x.dtype
+    if view is not None and view != "slice":
+        assert got.strides == np.empty_like(x).strides  # same memory order as the input
+    expected = torch_ref(fn, x).reshape(x.shape)  # (ascontiguousarray makes 0-d inputs 1-d)
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    check(got, expected, rtol=tol, atol=tol, what=f"fast {name}")
+    from kuiper_xp.backends import get_backend
+
+    try:
+        strict = get_backend("array_api_strict")
+    except Exception:  # noqa: BLE001 - array_api_strict not installed: torch alone is the reference
+        strict = None
+    if strict is not None:
+        generic = make_layer(strict, op_type, params)(strict.asarray(np.array(x, order="C")))
+        check(got, strict.to_numpy(generic), rtol=tol, atol=tol, what=f"fast {name} vs generic")
+    # in place on a fresh contiguous array, and the layer's forward takes the same kernel
+    y = np.array(x, order="C")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z = nf.activation_inplace(y, name)
+    assert z is y or y.size == 0 or y.ndim == 0
+    check(z, expected, rtol=tol, atol=tol, what=f"in-place {name}")
+
+
+def test_fast_activation_inplace_other_dtypes_and_layouts():
+    nf = _fast_numpy()
+    x = special_input(shape=(4, 6), seed=4)
+    h = x.astype(np.float16)
+    got = nf.activation_inplace(h.copy(), "silu")
+    assert got.dtype == np.float16
+    check(got.astype(np.float32), torch_ref(F.silu, h.astype(np.float32)), rtol=2e-3, atol=2e-3)
+    f = np.asfortranarray(x)
+    check(nf.activation_inplace(f, "sigmoid"), torch_ref(torch.sigmoid, x))
+
+
+def test_fusion_spec_names_the_fast_kernel(backend):
+    """On NumPy the fusible activations name their in-place kernel; elsewhere the runtime calls
+    ``forward`` (fusion_spec is None)."""
+    for name, (op_type, params, _) in FAST_UNARY.items():
+        layer = make_layer(backend, op_type, params)
+        assert layer.fusion_spec() == (name if backend.fast is not None else None)
+    assert make_layer(backend, "nn.Tanh").fusion_spec() is None

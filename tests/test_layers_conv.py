@@ -359,6 +359,30 @@ def test_fused_activation_hook(backend, tmp_path, spec):
         layer.set_fused_activation("swish-ish")
 
 
+_NAMED = {"silu": F.silu, "sigmoid": torch.sigmoid, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
+          "gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+
+
+@pytest.mark.parametrize("name", sorted(_NAMED))
+@pytest.mark.parametrize("cin, k, stride, groups", [(4, 3, 1, 1), (4, 1, 1, 1), (4, 3, 2, 4), (3, 2, 2, 1)],
+                         ids=["gemm", "1x1", "depthwise", "patch"])
+def test_fused_named_activation(backend, tmp_path, name, cin, k, stride, groups):
+    """Named activations (the fast backend's in-place kernels) fused into a convolution; backends
+    without the kernels refuse them with a ValueError, so the runtime leaves them unfused."""
+    x, wt, b = rnd(2, cin, 6, 6) * 4, rnd(4, cin // groups, k, k, seed=1), rnd(4, seed=2)
+    pad = 1 if k == 3 else 0
+    expected = _NAMED[name](F.conv2d(t(x), t(wt), t(b), stride, pad, 1, groups)).numpy()
+    g = op_graph(tmp_path, "nn.Conv2d", _conv_params(cin, 4, k, stride, pad, 1, groups, True, "zeros"), [x],
+                 [expected], {"weight": wt, "bias": b}, backend=backend)
+    (layer,) = g.layers
+    if backend.fast is None:
+        with pytest.raises(ValueError):
+            layer.set_fused_activation(name)
+        return
+    layer.set_fused_activation(name)
+    assert_close(g(x)[0], expected, rtol=RTOL, what=name)
+
+
 # ---------------------------------------------------------------------------------------------
 # NumPy fast paths against the generic kernels and torch
 
@@ -413,6 +437,9 @@ FAST = [
     (1, 4, 8, 9, 9, 5, 1, ((2, 2), (2, 2)), 2, 4, "depthwise"),
     (1, 4, 4, 9, 8, 4, 3, ((0, 0), (0, 0)), 1, 4, "depthwise"),
     (1, 300, 300, 3, 3, 3, 1, ((1, 1), (1, 1)), 1, 300, "depthwise"),
+    (2, 3, 8, 8, 12, 4, 4, ((0, 0), (0, 0)), 1, 1, "patch"),
+    (3, 4, 5, 9, 10, 3, 3, ((0, 0), (0, 0)), 1, 1, "patch"),  # input not a multiple of the patch
+    (1, 3, 6, 4, 4, 2, 2, ((0, 0), (0, 0)), 1, 1, "patch"),
 ]
 
 
@@ -442,6 +469,45 @@ def test_numpy_fast_conv_matches_generic_and_torch(case, fast_mode):
     assert_close(auto(x), expected, rtol=1e-4, what=f"auto ({auto.algo})")
 
 
+DEPTHWISE = [c for c in FAST if c[-1] == "depthwise"]
+
+
+@pytest.mark.parametrize("layout", ["planar", "nhwc"])
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[f"dw-{i}" for i in range(len(DEPTHWISE))])
+def test_numpy_fast_depthwise_both_layouts(monkeypatch, case, layout):
+    """Both depthwise layouts (channels-last is picked for small maps) against torch."""
+    monkeypatch.setattr(nf, "DEPTHWISE_NHWC_MAX_PIXELS", 10**9 if layout == "nhwc" else 0)
+    n, cin, cout, h, w, k, s, pads, d, g, _ = case
+    s = s if isinstance(s, tuple) else (s, s)
+    x, wt, b = rnd(n, cin, h, w), rnd(cout, cin // g, k, k, seed=1), rnd(cout, seed=2)
+    (pt, pb), (pl, pr) = pads
+    expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), s, 0, d, g)
+    plan = nf.conv2d_plan(wt, b, stride=s, dilation=(d, d), groups=g, pads=pads)
+    assert plan.algo == "depthwise"
+    assert_close(plan(x), expected.numpy(), rtol=RTOL, what=layout)
+    assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what=f"{layout} relu6")
+
+
+@pytest.mark.parametrize("layout", ["planar", "nhwc"])
+@pytest.mark.parametrize("n, stride", [(8, 1), (3, 2)])
+def test_numpy_fast_depthwise_in_channel_blocks(monkeypatch, n, stride, layout):
+    """Blocks of a few channels over the whole batch (the block size counts the images)."""
+    monkeypatch.setattr(nf, "DEPTHWISE_BLOCK_BYTES", 8 * 1024)
+    monkeypatch.setattr(nf, "DEPTHWISE_NHWC_MAX_PIXELS", 10**9 if layout == "nhwc" else 0)
+    x, wt, b = rnd(n, 40, 12, 11), rnd(40, 1, 3, 3, seed=1), rnd(40, seed=2)
+    expected = F.conv2d(t(x), t(wt), t(b), stride, 1, 1, 40).numpy()
+    plan = nf.conv2d_plan(wt, b, stride=(stride, stride), groups=40, pads=((1, 1), (1, 1)))
+    assert plan.algo == "depthwise"
+    assert_close(plan(x), expected, rtol=RTOL)
+    # a fused activation is applied inside the blocks (bias first), as by the other algorithms
+    assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(t(expected)).numpy(), rtol=RTOL, what="relu6")
+    assert_close(plan(x, "silu"), F.silu(t(expected)).numpy(), rtol=RTOL, what="silu")
+    nobias = nf.conv2d_plan(wt, None, stride=(stride, stride), groups=40, pads=((1, 1), (1, 1)))
+    assert_close(nobias(x, "relu"), F.relu(t(expected - b.reshape(1, -1, 1, 1))).numpy(), rtol=RTOL)
+    gemm = nf.conv2d_plan(rnd(6, 40, 3, 3, seed=3), b[:6], pads=((1, 1), (1, 1)), algo="gemm")
+    assert_close(gemm(x, "sigmoid"), torch.sigmoid(t(gemm(x))).numpy(), rtol=RTOL, what="gemm sigmoid")
+
+
 def test_numpy_fast_conv_picks_the_expected_algorithm():
     def algo(cout, cin, k, s=1, g=1, pads=((1, 1), (1, 1)), hw=None):
         plan = nf.conv2d_plan(rnd(cout, cin // g, k, k), None, stride=(s, s), groups=g, pads=pads, input_hw=hw)
@@ -455,6 +521,11 @@ def test_numpy_fast_conv_picks_the_expected_algorithm():
     assert algo(256, 256, 3, hw=(14, 14)) == ("winograd", 2)
     assert algo(512, 512, 3, hw=(7, 7)) == ("winograd", 2)  # the GEMM for one image, F(2x2) from 4
     assert algo(64, 64, 3, hw=None) == ("winograd", 4)
+    assert algo(16, 3, 4, s=4, pads=((0, 0), (0, 0)))[0] == "patch"
+    assert algo(16, 3, 4, s=4)[0] == "gemm"  # padded
+    assert algo(16, 4, 4, s=4, g=2, pads=((0, 0), (0, 0)))[0] == "gemm"
+    with pytest.raises(ValueError):
+        nf.conv2d_plan(rnd(4, 4, 3, 3), None, stride=(1, 1), algo="patch")
 
 
 def test_winograd_plan_runs_the_gemm_on_small_calls(monkeypatch):
@@ -568,13 +639,16 @@ def test_pnnx_conv_module_matches_torch(model_backend, conv_zoo_export):
 @pytest.mark.usefixtures("fast_mode")
 @pytest.mark.parametrize("algo, k, pads, g", [("gemm", 3, ((0, 0), (0, 0)), 1), ("1x1", 1, ((0, 0), (0, 0)), 1),
                                               ("depthwise", 3, ((0, 0), (0, 0)), 32),
-                                              ("winograd", 3, ((0, 0), (0, 0)), 1)])
+                                              ("winograd", 3, ((0, 0), (0, 0)), 1),
+                                              ("patch", 2, ((0, 0), (0, 0)), 1)])
 def test_numpy_fast_conv_on_strided_views(algo, k, pads, g):
     base = rnd(2, 32, 12, 22)
     x = base[:, :, 1:11, ::-2]  # non-contiguous, negative stride
     wt = rnd(32, 32 // g, k, k, seed=1)
-    expected = F.conv2d(t(x.copy()), t(wt), None, 1, 0, 1, g).numpy()
-    plan = nf.conv2d_plan(wt, None, groups=g, pads=pads, algo=algo, tile=4 if algo == "winograd" else None)
+    s = k if algo == "patch" else 1
+    expected = F.conv2d(t(x.copy()), t(wt), None, s, 0, 1, g).numpy()
+    plan = nf.conv2d_plan(wt, None, stride=(s, s), groups=g, pads=pads, algo=algo,
+                          tile=4 if algo == "winograd" else None)
     assert_close(plan(x), expected, rtol=1e-4, what=algo)
 
 

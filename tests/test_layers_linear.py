@@ -172,3 +172,49 @@ def test_pnnx_linear_module_matches_torch(model_backend, linear_zoo_export):
     got = run_graph(param, model_backend, inputs)
     for k, (a, e) in enumerate(zip(got, expected)):
         assert_close(a, e, rtol=1e-5, what=f"output {k}")
+
+
+@pytest.mark.parametrize("spec", ["gelu", "gelu_tanh", "silu", "relu", ("clamp", -0.5, 0.5), "callable"])
+def test_linear_fused_activation(backend, tmp_path, spec):
+    """The runtime's fusion hook on Linear: named kernels in place on NumPy (a ValueError on
+    backends without them), relu/clamp/callables everywhere."""
+    x, w, b = rnd(2, 3, 6) * 3, rnd(5, 6, seed=1), rnd(5, seed=2)
+    ref = F.linear(t(x), t(w), t(b))
+    fns = {"gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"), "silu": F.silu,
+           "relu": F.relu, "callable": lambda y: y * 2.0}
+    expected = (torch.clamp(ref, -0.5, 0.5) if isinstance(spec, tuple) else fns[spec](ref)).numpy()
+    g = op_graph(tmp_path, "nn.Linear", {"bias": True, "in_features": 6, "out_features": 5}, [x], [expected],
+                 {"weight": w, "bias": b}, backend=backend)
+    (layer,) = g.layers
+    named = isinstance(spec, str) and spec not in ("relu", "callable")
+    if named and backend.fast is None:
+        with pytest.raises(ValueError):
+            layer.set_fused_activation(spec)
+        return
+    layer.set_fused_activation(fns["callable"] if spec == "callable" else spec)
+    assert_close(g(x)[0], expected, rtol=1e-5, what=str(spec))
+    with pytest.raises(ValueError):
+        layer.set_fused_activation("swish-ish")
+
+
+def test_linear_gelu_is_fused_by_the_runtime(tmp_path):
+    """A Linear followed by GELU in an exported module: one step on NumPy, torch's result."""
+    from helpers import export_torch
+
+    import kuiper_xp
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.act1, self.fc2, self.act2 = nn.Linear(6, 8), nn.GELU(), nn.Linear(8, 3), nn.SiLU()
+
+        def forward(self, x):
+            return self.act2(self.fc2(self.act1(self.fc1(x))))
+
+    m = MLP().eval()
+    x = torch.from_numpy(rnd(2, 4, 6))
+    g = kuiper_xp.load(export_torch(m, (x,), tmp_path), backend="numpy")
+    assert len(g.fused) == 2
+    with torch.no_grad():
+        expected = m(x).numpy()
+    assert_close(g(x.numpy())[0], expected, rtol=1e-5)

@@ -38,9 +38,28 @@ _SQRT_2_PI = 0.79788456080286535588  # sqrt(2 / pi)
 class _Unary(Layer):
     """Shared helpers: 0-d constants of the input's dtype, float promotion of integer input."""
 
+    #: the name of this activation in the backend's fast elementwise kernels, if it has one
+    fast_name: str | None = None
+
     def __init__(self, ctx: BuildContext):
         super().__init__(ctx)
         self._consts: dict[tuple[Any, str], Any] = {}
+        fast = ctx.fast
+        names = getattr(fast, "UNARY_ACTIVATIONS", ())
+        self._fast_unary = getattr(fast, "unary", None) if self.fast_name in names else None
+
+    def _fast(self, x: Any) -> Any:
+        """The backend's fast kernel for this activation on a float32/float64 input, or None."""
+        xp = self.xp
+        if self._fast_unary is not None and x.dtype in (xp.float32, xp.float64):
+            return self._fast_unary(self.fast_name, x)
+        return None
+
+    def fusion_spec(self) -> Any:
+        """What a producer (convolution, linear) applies in place on its fresh output when the
+        runtime fuses this activation: the fast kernel's name, or None (the runtime then calls
+        ``forward``)."""
+        return self.fast_name if self._fast_unary is not None else None
 
     def _const(self, value: Any, x: Any) -> Any:
         """A 0-d array holding ``value`` in x's dtype on the device, made once per dtype (no
@@ -116,7 +135,12 @@ class ReLU(_Unary):
 class Sigmoid(_Unary):
     """y = 1 / (1 + exp(-x)) (the seed course's homework), evaluated without overflow."""
 
+    fast_name = "sigmoid"
+
     def forward(self, x: Any) -> Any:
+        y = self._fast(x)
+        if y is not None:
+            return y
         return self._sigmoid(self._floating(x))
 
 
@@ -281,7 +305,12 @@ class SELU(_Unary):
 class SiLU(_Unary):
     """x * sigmoid(x) (``x * torch.sigmoid(x)`` is fused into F.silu by pnnx)."""
 
+    fast_name = "silu"
+
     def forward(self, x: Any) -> Any:
+        y = self._fast(x)
+        if y is not None:
+            return y
         x = self._floating(x)
         return x * self._sigmoid(x)
 
@@ -290,7 +319,12 @@ class SiLU(_Unary):
 class Hardswish(_Unary):
     """x * clamp(x + 3, 0, 6) / 6 (so hardswish(-inf) is NaN, as in torch)."""
 
+    fast_name = "hardswish"
+
     def forward(self, x: Any) -> Any:
+        y = self._fast(x)
+        if y is not None:
+            return y
         xp = self.xp
         x = self._floating(x)
         return x * xp.clip(x + 3.0, min=0.0, max=6.0) / 6.0
@@ -300,7 +334,12 @@ class Hardswish(_Unary):
 class Hardsigmoid(_Unary):
     """clamp(x + 3, 0, 6) / 6."""
 
+    fast_name = "hardsigmoid"
+
     def forward(self, x: Any) -> Any:
+        y = self._fast(x)
+        if y is not None:
+            return y
         xp = self.xp
         x = self._floating(x)
         return xp.clip(x + 3.0, min=0.0, max=6.0) / 6.0
@@ -318,6 +357,7 @@ class GELU(_Unary):
     x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
 
     def __init__(self, ctx: BuildContext, approximate: str):
+        self.fast_name = "gelu_tanh" if approximate == "tanh" else "gelu"
         super().__init__(ctx)
         self.tanh = approximate == "tanh"
         if not self.tanh:
@@ -334,6 +374,9 @@ class GELU(_Unary):
         return cls(ctx, approx)
 
     def forward(self, x: Any) -> Any:
+        y = self._fast(x)
+        if y is not None:
+            return y
         xp = self.xp
         x = self._floating(x)
         if self.tanh:

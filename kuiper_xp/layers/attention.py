@@ -50,14 +50,20 @@ from .registry import register
 def softmax_last(xp: Any, s: Any) -> Any:
     m = xp.max(s, axis=-1, keepdims=True)
     e = xp.exp(s - m)
-    return e / xp.sum(e, axis=-1, keepdims=True)
+    e /= xp.sum(e, axis=-1, keepdims=True)  # e is a fresh temporary
+    return e
 
 
 def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None) -> tuple[Any, Any]:
     """softmax(q k^T * scale + mask) v over the last two axes; returns (output, weights)."""
     s = xp.matmul(q * scale, xp.matrix_transpose(k))
     if mask is not None:
-        s = s + mask
+        fits = mask.ndim <= s.ndim and all(
+            a in (1, b) for a, b in zip(mask.shape[::-1], s.shape[::-1]))
+        if fits and mask.dtype == s.dtype:
+            s += mask  # s is a fresh product
+        else:
+            s = s + mask
     p = softmax_last(xp, s)
     return xp.matmul(p, v), p
 
@@ -230,8 +236,14 @@ class MultiheadAttention(Layer):
         dt = data[0].dtype
 
         def proj(x: Any, wt: str, b: str) -> Any:
-            y = xp.matmul(x, w[wt])
-            return y if w.get(b) is None else y + w[b]
+            # one 2-D GEMM over all N*L rows (a stacked 3-D @ 2-D matmul runs N small ones,
+            # measured 1.5x slower on NumPy for ViT-B shapes); the bias goes in place
+            wm = w[wt]
+            n, ln = x.shape[0], x.shape[1]
+            y = xp.matmul(xp.reshape(x, (n * ln, x.shape[2])), wm)
+            if w.get(b) is not None:
+                y += w[b]
+            return xp.reshape(y, (n, ln, wm.shape[1]))
 
         if len(data) == 1 and "qkv_t" in w:
             qkv = proj(data[0], "qkv_t", "qkv_b")

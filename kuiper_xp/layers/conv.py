@@ -10,7 +10,9 @@ reference.
 
 ``fused_activation`` (None by default) is the hook for the runtime to fold a following
 activation into the convolution: ``"relu"``, ``("clamp", min, max)`` or any callable taking and
-returning an array. The fast path applies ``relu``/``clamp`` in place on the fresh output.
+returning an array, or (fast path only) a name from the fast backend's ``UNARY_ACTIVATIONS``
+("silu", "sigmoid", "hardswish", "gelu", ...). The fast path applies all but callables in place
+on the fresh output.
 """
 
 from __future__ import annotations
@@ -77,7 +79,14 @@ class _ConvBase(Layer):
     fused_activation: Any = None
 
     def set_fused_activation(self, spec: Any) -> None:
-        """Fold an activation into this layer's output (see the module docstring)."""
+        """Fold an activation into this layer's output (see the module docstring). A name from
+        the fast backend's ``UNARY_ACTIVATIONS`` ("silu", "sigmoid", ...) is accepted only when
+        the fast path applies it (a ValueError otherwise, and the runtime does not fuse)."""
+        if isinstance(spec, str) and spec in getattr(self.backend.fast, "UNARY_ACTIVATIONS", ()):
+            if not self._fast_ok:
+                raise ValueError(f"fused activation {spec!r} needs the backend's fast path")
+            self.fused_activation = spec
+            return
         self.fused_activation = _parse_activation(spec)
 
     def _activate(self, y: Any) -> Any:
@@ -265,6 +274,10 @@ class Convolution(_ConvBase):
         if plan is None and fast is not None and hasattr(fast, "conv2d_plan"):
             plan = fast.conv2d_plan(weight, bias, stride=self.stride, dilation=self.dilation,
                                     groups=self.groups, pads=pads, transient=True)
+        act = self.fused_activation
+        if plan is not None and act is not None and not callable(act) and isinstance(plan, fast.Conv2dPlan):
+            # the plan applies it (a depthwise plan inside its cache-sized blocks)
+            return self._from4d(plan(x, act), unbatched)
         if plan is not None:
             y = plan(x)
         else:

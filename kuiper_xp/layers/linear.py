@@ -36,6 +36,33 @@ class Linear(Layer):
         super().__init__(ctx)
         self.weight_t, self.bias, self.slots = weight_t, bias, slots
         self._fast = getattr(ctx.fast, "linear", None)
+        self.fused_activation: Any = None
+
+    def set_fused_activation(self, spec: Any) -> None:
+        """Fold a following activation into this layer (the runtime's hook, as on convolutions):
+        ``"relu"``, ``("clamp", lo, hi)`` or a callable; with the fast path also a name from the
+        backend's ``UNARY_ACTIVATIONS``, applied in place on the fresh output. Anything else is
+        a ValueError (the runtime then leaves the activation as its own step)."""
+        names = getattr(self.backend.fast, "UNARY_ACTIVATIONS", ())
+        if isinstance(spec, str) and spec in names and self._fast is not None:
+            pass
+        elif not (spec is None or callable(spec) or spec == "relu"
+                  or isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "clamp"):
+            raise ValueError(f"fused_activation must be None, 'relu', ('clamp', min, max) or a callable; got {spec!r}")
+        self.fused_activation = spec
+
+    def _activate(self, y: Any) -> Any:
+        act = self.fused_activation
+        if act is None:
+            return y
+        if callable(act):
+            return act(y)
+        fast_act = getattr(self.backend.fast, "activation_inplace", None) if self._fast is not None else None
+        if fast_act is not None:
+            return fast_act(y, act)
+        if act == "relu":
+            return self.xp.clip(y, min=0.0)
+        return self.xp.clip(y, min=act[1], max=act[2])
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -77,8 +104,8 @@ class Linear(Layer):
             raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} does not fit "
                              f"the weight ({wt.shape[1]}, {wt.shape[0]}): expected last dimension {wt.shape[0]}")
         if self._fast is not None:
-            return self._fast(x, wt, bias)
-        return fn.linear(x, wt, bias, xp=self.xp)
+            return self._activate(self._fast(x, wt, bias))
+        return self._activate(fn.linear(x, wt, bias, xp=self.xp))
 
 
 @register("nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d", "F.batch_norm")

@@ -91,14 +91,22 @@ class LayerNorm(_NormBase):
         inputs = (x,) + rest
         xc = self._compute_dtype(x)
         mean = xp.mean(xc, axis=self.axes, keepdims=True)
-        d = xc - mean
-        var = xp.mean(d * d, axis=self.axes, keepdims=True)
-        y = d / xp.sqrt(var + self.eps)
+        y = xc - mean  # fresh: the steps below update it in place (no temporaries of x's size
+        sq = y * y     # but this one)
+        var = xp.mean(sq, axis=self.axes, keepdims=True)
+        var += self.eps
+        y /= xp.sqrt(var)
         w, b = self._affine(inputs)
         if w is not None:
-            y = y * w
+            if w.dtype == y.dtype and w.ndim <= y.ndim:
+                y *= w
+            else:
+                y = y * w
         if b is not None:
-            y = y + b
+            if b.dtype == y.dtype and b.ndim <= y.ndim:
+                y += b
+            else:
+                y = y + b
         return y if y.dtype == x.dtype else xp.astype(y, x.dtype)
 
 
