@@ -22,8 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from kuiper_xp.errors import BackendUnavailableError, InputError
 
 try:  # pragma: no cover - exercised by the import itself
@@ -66,15 +64,15 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def _run_block(block: np.ndarray, model: str, backend: str, device: Any) -> tuple[np.ndarray, ...]:
+def _run_block(block: Any, model: str, backend: str, device: Any) -> tuple[Any, ...]:
     import kuiper_xp
 
     g = load_cached(model, backend, device)
-    outs = g(np.ascontiguousarray(block))
+    outs = g(block)
     return tuple(kuiper_xp.to_numpy(o) for o in outs)
 
 
-def _probe(model: str, sample: np.ndarray, backend: str, device: Any):
+def _probe(model: str, sample: Any, backend: str, device: Any):
     """Output shapes (without batch) and dtypes, from one sample run here on the client."""
     outs = _run_block(sample, model, backend, device)
     return [(o.shape[1:], o.dtype) for o in outs]
@@ -86,7 +84,7 @@ def map_model(
     *,
     backend: str = "numpy",
     device: Any = None,
-    sample: np.ndarray | None = None,
+    sample: Any | None = None,
 ) -> Any:
     """Run ``model`` over a Dask array chunked along the batch axis (axis 0).
 
@@ -104,7 +102,7 @@ def map_model(
     if any(len(c) > 1 for c in data.chunks[1:]):
         data = data.rechunk({i: -1 for i in range(1, data.ndim)})
     if sample is None:
-        sample = np.asarray(data[:1].compute())
+        sample = data[:1].compute()
     specs = _probe(model, sample, backend, device)
     blocks = data.to_delayed().reshape(-1)
     run = dask.delayed(_run_block, pure=True, nout=len(specs))
@@ -117,7 +115,7 @@ def map_model(
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _default_loader(path: str) -> np.ndarray:
+def _default_loader(path: str) -> Any:
     from kuiper_xp import io as kio
 
     return kio.load_array(path)
@@ -131,7 +129,7 @@ class ItemLoader:
     def __init__(self, spec: Any = None, pre: Any = None):
         self.spec, self.pre = spec, pre
 
-    def __call__(self, path: str) -> np.ndarray:
+    def __call__(self, path: str) -> Any:
         from kuiper_xp import io as kio
 
         a = kio.load_array(path, self.spec, self.pre) if self.pre is not None else kio.load_array(path, self.spec)
@@ -139,14 +137,17 @@ class ItemLoader:
         if shape is not None and a.ndim == len(shape) and a.shape[0] == 1:
             a = a[0]
         dtype = getattr(self.spec, "dtype", None)
-        if dtype is not None and a.dtype != np.dtype(dtype):
+        if dtype is not None and str(a.dtype) != dtype:
             a = a.astype(dtype)
         return a
 
 
 def _run_files(paths: Sequence[str], model: str, backend: str, device: Any,
-               loader: Callable[[str], np.ndarray]) -> tuple[np.ndarray, ...]:
-    batch = np.stack([np.asarray(loader(p)) for p in paths])
+               loader: Callable[[str], Any]) -> tuple[Any, ...]:
+    from kuiper_xp.backends import get_backend
+
+    xp = get_backend("numpy").xp  # host arrays: the files are read into numpy on the worker
+    batch = xp.stack([loader(p) for p in paths])
     return _run_block(batch, model, backend, device)
 
 
@@ -157,7 +158,7 @@ def map_files(
     batch_size: int = 32,
     backend: str = "numpy",
     device: Any = None,
-    loader: Callable[[str], np.ndarray] | None = None,
+    loader: Callable[[str], Any] | None = None,
 ) -> Any:
     """Run ``model`` over input files (each one item without the batch axis: ``.npy``, or an
     image through ``kuiper_xp.io``), read on the workers.
@@ -206,8 +207,8 @@ def run_files(
     batch_size: int = 32,
     backend: str = "numpy",
     progress: bool = True,
-    loader: Callable[[str], np.ndarray] | None = None,
-) -> tuple[np.ndarray, ...]:
+    loader: Callable[[str], Any] | None = None,
+) -> tuple[Any, ...]:
     """Compute :func:`map_files` on a Dask cluster: ``scheduler`` is an address
     (``tcp://host:8786``) or None with ``local_workers`` for a LocalCluster of that many worker
     processes on this machine. Progress is Dask's own (``distributed.progress``)."""
