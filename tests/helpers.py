@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 import kuiper_xp
+from kuiper_xp.layers import BuildContext, create_layer
+from kuiper_xp.pnnx.param import parse_param_text
 
 _VERBOSE = bool(os.environ.get("KUIPER_XP_VERBOSE_EXPORT"))
 
@@ -104,3 +106,32 @@ def compare_with_torch(module, inputs, backend, out_dir=None, rtol=1e-4, inputs2
     for k, (a, e) in enumerate(zip(got, expected)):
         assert_close(a, e, rtol=rtol, what=f"output {k}")
     return param
+
+
+# -- single-operator layers (layer unit tests) ----------------------------------------------------
+def make_layer(backend, op_type, params="", n_in=1, n_out=1, names=(), annotations=""):
+    """A layer for one operator written as a .param line (no weights)."""
+    ins = " ".join(f"i{k}" for k in range(n_in))
+    outs = " ".join(f"o{k}" for k in range(n_out))
+    keys = " ".join(f"${n}=i{k}" for k, n in enumerate(names) if n)
+    inputs = "".join(f"pnnx.Input in{k} 0 1 i{k}\n" for k in range(n_in))
+    text = (f"7767517\n{n_in + 1} {n_in + n_out}\n{inputs}"
+            f"{op_type} op {n_in} {n_out} {ins} {outs} {params} {keys} {annotations}\n")
+    op = parse_param_text(text, path="unit.param").operators[-1]
+    return create_layer(op, BuildContext(backend))
+
+
+def run(backend, layer, *host):
+    args = [backend.asarray(h) if isinstance(h, np.ndarray) else h for h in host]
+    return layer(*args)
+
+
+def ref(fn, *host):
+    """torch's result of fn on the host arrays, as numpy (a tuple for several outputs)."""
+    import torch
+
+    with torch.no_grad():
+        out = fn(*[torch.from_numpy(np.ascontiguousarray(h)) for h in host])
+    if isinstance(out, (tuple, list)):
+        return tuple(o.numpy() for o in out)
+    return out.numpy()

@@ -11,35 +11,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import assert_close
-from helpers import export_torch, run_graph, torch_outputs
+from helpers import export_torch, make_layer, run, run_graph, torch_outputs  # noqa: E402
 
 import kuiper_xp
 from kuiper_xp.errors import LayerParameterError, ShapeError
-from kuiper_xp.layers import BuildContext, create_layer
-from kuiper_xp.pnnx.param import parse_param_text
 
 # inf * 0 and inf / inf are part of the NaN/Inf checks: numpy warns, torch gives the same NaN
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def make_layer(backend, op_type, params="", n_in=1, n_out=1, names=(), annotations=""):
-    """A layer for one operator written as a .param line (no weights)."""
-    ins = " ".join(f"i{k}" for k in range(n_in))
-    outs = " ".join(f"o{k}" for k in range(n_out))
-    keys = " ".join(f"${n}=i{k}" for k, n in enumerate(names) if n)
-    inputs = "".join(f"pnnx.Input in{k} 0 1 i{k}\n" for k in range(n_in))
-    text = (f"7767517\n{n_in + 1} {n_in + n_out}\n{inputs}"
-            f"{op_type} op {n_in} {n_out} {ins} {outs} {params} {keys} {annotations}\n")
-    op = parse_param_text(text, path="unit.param").operators[-1]
-    return create_layer(op, BuildContext(backend))
-
-
-def run(backend, layer, *host):
-    args = [backend.asarray(h) if isinstance(h, np.ndarray) else h for h in host]
-    return layer(*args)
-
-
 def special_input(shape=(2, 3, 4, 5), dtype=np.float32, seed=0):
     """Random values with NaN, +-Inf, +-0, +-3 (kinks), +-25 and +-100 (overflow checks) mixed in."""
     rng = np.random.default_rng(seed)

@@ -9,35 +9,16 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import assert_close
-from helpers import export_torch, run_graph, torch_outputs
+from helpers import export_torch, make_layer, ref, run, run_graph, torch_outputs  # noqa: E402
 
 import kuiper_xp
 from kuiper_xp.errors import LayerParameterError, ShapeError
-from kuiper_xp.layers import BuildContext, create_layer
-from kuiper_xp.pnnx.param import parse_param_text
 
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")]
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def make_layer(backend, op_type, params="", n_in=1, n_out=1, names=(), annotations=""):
-    """A layer for one operator written as a .param line (no weights)."""
-    ins = " ".join(f"i{k}" for k in range(n_in))
-    outs = " ".join(f"o{k}" for k in range(n_out))
-    keys = " ".join(f"${n}=i{k}" for k, n in enumerate(names) if n)
-    inputs = "".join(f"pnnx.Input in{k} 0 1 i{k}\n" for k in range(n_in))
-    text = (f"7767517\n{n_in + 1} {n_in + n_out}\n{inputs}"
-            f"{op_type} op {n_in} {n_out} {ins} {outs} {params} {keys} {annotations}\n")
-    op = parse_param_text(text, path="unit.param").operators[-1]
-    return create_layer(op, BuildContext(backend))
-
-
-def run(backend, layer, *host):
-    args = [backend.asarray(h) if isinstance(h, np.ndarray) else h for h in host]
-    return layer(*args)
-
-
 def check(actual, expected, rtol=2e-6, what="output"):
     """assert_close (shape, dtype, NaN and Inf positions), then the finite values against a bound
     from the finite expected values only (an Inf in ``expected`` must not widen the bound)."""
@@ -49,14 +30,6 @@ def check(actual, expected, rtol=2e-6, what="output"):
             bound = rtol * float(np.abs(e[fin]).max())
             err = float(np.abs(a[fin].astype(np.float64) - e[fin]).max())
             assert err <= bound, f"{what}: max |difference| {err:.3g} > {bound:.3g} on finite values"
-
-
-def ref(fn, *host):
-    with torch.no_grad():
-        out = fn(*[torch.from_numpy(np.ascontiguousarray(h)) for h in host])
-    if isinstance(out, (tuple, list)):
-        return tuple(o.numpy() for o in out)
-    return out.numpy()
 
 
 RNG = np.random.default_rng(0)
