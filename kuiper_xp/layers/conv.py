@@ -66,6 +66,34 @@ def _weight_and_bias(op, ctx: BuildContext, slots: dict[str, int]):
     return weight, bias, bias_runtime
 
 
+def _check_weight(op: Any, ctx: Any, weight: Any, bias: Any, nd: int, groups: int,
+                  transposed: bool) -> tuple[Any, int, int]:
+    """Check a convolution weight against the op's parameters; 1-D weights get a unit height.
+    Weights are (out, in/groups, kh, kw), or (in, out/groups, kh, kw) when ``transposed``."""
+    if weight.ndim != nd + 2:
+        raise LayerParameterError(f"{op.where}: weight has shape {tuple(weight.shape)}, expected "
+                                  f"{nd + 2} dimensions")
+    if nd == 1:
+        weight = ctx.xp.expand_dims(weight, axis=2)
+    lead, per_group, kh, kw = weight.shape
+    if lead % groups:
+        name = "in_channels" if transposed else "out_channels"
+        raise LayerParameterError(f"{op.where}: {name} {lead} is not divisible by groups={groups}")
+    declared = tuple(op.attrs["weight"].shape) if "weight" in op.attrs else tuple(weight.shape)
+    ks = op.ints("kernel_size", nd, default=None)
+    if ks is not None and _to2(ks, nd, 1) != (kh, kw):
+        raise LayerParameterError(f"{op.where}: kernel_size={ks} does not match weight shape {declared}")
+    cin, cout = (lead, per_group * groups) if transposed else (per_group * groups, lead)
+    for key, want, grouped in (("in_channels", cin, not transposed), ("out_channels", cout, transposed)):
+        got = op.param(key, int, default=None)
+        if got is not None and got != want:
+            raise LayerParameterError(f"{op.where}: {key}={got} does not match weight shape {declared}"
+                                      + (f" with groups={groups}" if grouped else ""))
+    if bias is not None and tuple(bias.shape) != (cout,):
+        raise LayerParameterError(f"{op.where}: bias has shape {tuple(bias.shape)}, expected ({cout},)")
+    return weight, kh, kw
+
+
 def _parse_activation(spec: Any) -> Any:
     if spec is None or callable(spec) or spec == "relu":
         return spec
@@ -172,28 +200,7 @@ class Convolution(_ConvBase):
             raise LayerParameterError(f"{op.where}: groups={groups}, stride={stride}, dilation={dilation} "
                                       "must be positive")
         if weight is not None:
-            if weight.ndim != nd + 2:
-                raise LayerParameterError(f"{op.where}: weight has shape {tuple(weight.shape)}, expected "
-                                          f"{nd + 2} dimensions")
-            if nd == 1:
-                weight = ctx.xp.expand_dims(weight, axis=2)
-            o, cg, kh, kw = weight.shape
-            if o % groups:
-                raise LayerParameterError(f"{op.where}: out_channels {o} is not divisible by groups={groups}")
-            ks = op.ints("kernel_size", nd, default=None)
-            if ks is not None and _to2(ks, nd, 1) != (kh, kw):
-                raise LayerParameterError(f"{op.where}: kernel_size={ks} does not match weight shape "
-                                          f"{tuple(op.attrs['weight'].shape)}")
-            cin = op.param("in_channels", int, default=None)
-            if cin is not None and cin != cg * groups:
-                raise LayerParameterError(f"{op.where}: in_channels={cin} does not match weight shape "
-                                          f"{tuple(op.attrs['weight'].shape)} with groups={groups}")
-            cout = op.param("out_channels", int, default=None)
-            if cout is not None and cout != o:
-                raise LayerParameterError(f"{op.where}: out_channels={cout} does not match weight shape "
-                                          f"{tuple(op.attrs['weight'].shape)}")
-            if bias is not None and tuple(bias.shape) != (o,):
-                raise LayerParameterError(f"{op.where}: bias has shape {tuple(bias.shape)}, expected ({o},)")
+            weight, kh, kw = _check_weight(op, ctx, weight, bias, nd, groups, transposed=False)
             kernel = (kh, kw)
         else:
             ks = op.ints("kernel_size", nd, default=None)
@@ -336,29 +343,7 @@ class ConvTranspose(_ConvBase):
                 raise LayerParameterError(f"{op.where}: output_padding={out_pad} must be smaller than "
                                           f"stride {stride} or dilation {dilation}")
         if weight is not None:
-            if weight.ndim != nd + 2:
-                raise LayerParameterError(f"{op.where}: weight has shape {tuple(weight.shape)}, expected "
-                                          f"{nd + 2} dimensions")
-            if nd == 1:
-                weight = ctx.xp.expand_dims(weight, axis=2)
-            c, og, kh, kw = weight.shape
-            if c % groups:
-                raise LayerParameterError(f"{op.where}: in_channels {c} is not divisible by groups={groups}")
-            ks = op.ints("kernel_size", nd, default=None)
-            if ks is not None and _to2(ks, nd, 1) != (kh, kw):
-                raise LayerParameterError(f"{op.where}: kernel_size={ks} does not match weight shape "
-                                          f"{tuple(op.attrs['weight'].shape)}")
-            cout = op.param("out_channels", int, default=None)
-            if cout is not None and cout != og * groups:
-                raise LayerParameterError(f"{op.where}: out_channels={cout} does not match weight shape "
-                                          f"{tuple(op.attrs['weight'].shape)} with groups={groups}")
-            cin = op.param("in_channels", int, default=None)
-            if cin is not None and cin != c:
-                raise LayerParameterError(f"{op.where}: in_channels={cin} does not match weight shape "
-                                          f"{tuple(op.attrs['weight'].shape)}")
-            if bias is not None and tuple(bias.shape) != (og * groups,):
-                raise LayerParameterError(f"{op.where}: bias has shape {tuple(bias.shape)}, expected "
-                                          f"({og * groups},)")
+            weight, _, _ = _check_weight(op, ctx, weight, bias, nd, groups, transposed=True)
         return cls(ctx, nd=nd, weight=weight, bias=bias, stride=stride, padding=padding,
                    output_padding=out_pad, dilation=dilation, groups=groups, slots=slots)
 
