@@ -183,6 +183,24 @@ def _copy_channels(dst: np.ndarray, src: np.ndarray, axis: int = 0) -> None:
     _parallel(part, dst.shape[axis], dst.size)
 
 
+def _fill_phase(dst: np.ndarray, x: np.ndarray, p: int, q: int, sh: int, sw: int, t: int, l: int,
+                hh: int, ww: int) -> None:
+    """Fill stride phase (p, q) of the zero-padded input: phase rows/cols r map to padded rows
+    sh*r + p, i.e. input rows sh*r + p - t (columns likewise); outside the input is zero."""
+    hq, wq = dst.shape[-2:]
+    r_a = max(0, -(-(t - p) // sh))
+    r_b = min(hq, -(-(t + hh - p) // sh))
+    c_a = max(0, -(-(l - q) // sw))
+    c_b = min(wq, -(-(l + ww - q) // sw))
+    dst[:, :, :r_a] = 0
+    dst[:, :, max(r_a, r_b):] = 0
+    dst[:, :, r_a:r_b, :c_a] = 0
+    dst[:, :, r_a:r_b, max(c_a, c_b):] = 0
+    if r_b > r_a and c_b > c_a:
+        dst[:, :, r_a:r_b, c_a:c_b] = x[:, :, sh * r_a + p - t: sh * (r_b - 1) + p - t + 1: sh,
+                                        sw * c_a + q - l: sw * (c_b - 1) + q - l + 1: sw]
+
+
 def _pad_zeros(x: np.ndarray, pads) -> np.ndarray:
     (t, b), (l, r) = pads
     if not (t or b or l or r):
@@ -685,19 +703,7 @@ class Conv2dPlan:
         def part(lo, hi):
             for p in range(sh):
                 for q in range(sw):
-                    dst = ph[p, q, :, lo:hi]
-                    # phase rows/cols r map to padded rows sh*r + p, i.e. input rows sh*r + p - t
-                    r_a = max(0, -(-(t - p) // sh))
-                    r_b = min(hq, -(-(t + hh - p) // sh))
-                    c_a = max(0, -(-(l - q) // sw))
-                    c_b = min(wq, -(-(l + ww - q) // sw))
-                    dst[:, :, :r_a] = 0
-                    dst[:, :, max(r_a, r_b):] = 0
-                    dst[:, :, r_a:r_b, :c_a] = 0
-                    dst[:, :, r_a:r_b, max(c_a, c_b):] = 0
-                    if r_b > r_a and c_b > c_a:
-                        dst[:, :, r_a:r_b, c_a:c_b] = x[:, lo:hi, sh * r_a + p - t: sh * (r_b - 1) + p - t + 1: sh,
-                                                       sw * c_a + q - l: sw * (c_b - 1) + q - l + 1: sw]
+                    _fill_phase(ph[p, q, :, lo:hi], x[:, lo:hi], p, q, sh, sw, t, l, hh, ww)
         _parallel(part, c, ph.size)
         return {(p, q): ph[p, q] for p in range(sh) for q in range(sw)}
 
@@ -805,18 +811,7 @@ class Conv2dPlan:
             phases = _workspace((sh, sw, n, nb, hq, wq), self.dtype, slot=8)
             for p in range(sh):
                 for q in range(sw):
-                    dst = phases[p, q]
-                    r_a = max(0, -(-(t - p) // sh))
-                    r_b = min(hq, -(-(t + hh - p) // sh))
-                    c_a = max(0, -(-(l - q) // sw))
-                    c_b = min(wq, -(-(l + ww - q) // sw))
-                    dst[:, :, :r_a] = 0
-                    dst[:, :, max(r_a, r_b):] = 0
-                    dst[:, :, r_a:r_b, :c_a] = 0
-                    dst[:, :, r_a:r_b, max(c_a, c_b):] = 0
-                    if r_b > r_a and c_b > c_a:
-                        dst[:, :, r_a:r_b, c_a:c_b] = x[:, b0:b1, sh * r_a + p - t: sh * (r_b - 1) + p - t + 1: sh,
-                                                       sw * c_a + q - l: sw * (c_b - 1) + q - l + 1: sw]
+                    _fill_phase(phases[p, q], x[:, b0:b1], p, q, sh, sw, t, l, hh, ww)
             phases = phases.reshape(nph, n, nb, hq * wq)
         acc = _workspace((n, nb, ho * wq), self.dtype, slot=9)
         tmp = _workspace((n, nb, ho * wq), self.dtype, slot=10)

@@ -74,3 +74,33 @@ class Layer:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.op_type} {self.op_name!r}>"
+
+
+class SpatialLayer(Layer):
+    """A layer on (N, C, L) or (N, C, H, W) data (``nd`` = 1 or 2), also accepting the unbatched
+    (C, ...) form as torch does; 1-D data run through the 2-D code with a unit height."""
+
+    nd = 2
+
+    def _as4d(self, x: Any) -> tuple[Any, bool]:
+        from kuiper_xp.errors import ShapeError
+
+        xp = self.xp
+        if x.ndim not in (self.nd + 1, self.nd + 2):
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: expects a {self.nd + 2}-D input "
+                             f"(N, C, {'L' if self.nd == 1 else 'H, W'}) or its unbatched "
+                             f"{self.nd + 1}-D form, got shape {tuple(x.shape)}")
+        unbatched = x.ndim == self.nd + 1
+        if unbatched:
+            x = xp.expand_dims(x, axis=0)
+        if self.nd == 1:
+            x = xp.expand_dims(x, axis=2)
+        return x, unbatched
+
+    def _from4d(self, y: Any, unbatched: bool) -> Any:
+        xp = self.xp
+        if self.nd == 1:
+            y = xp.squeeze(y, axis=2)
+        if unbatched:
+            y = xp.squeeze(y, axis=0)
+        return y

@@ -22,7 +22,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
-from .base import BuildContext, Layer
+from .base import BuildContext, SpatialLayer
 from .registry import register
 
 
@@ -102,8 +102,7 @@ def _parse_activation(spec: Any) -> Any:
     raise ValueError(f"fused_activation must be None, 'relu', ('clamp', min, max) or a callable; got {spec!r}")
 
 
-class _ConvBase(Layer):
-    nd = 2
+class _ConvBase(SpatialLayer):
     fused_activation: Any = None
 
     def set_fused_activation(self, spec: Any) -> None:
@@ -117,6 +116,20 @@ class _ConvBase(Layer):
             return
         self.fused_activation = _parse_activation(spec)
 
+    def _weight_and_bias(self, inputs: tuple[Any, ...]) -> tuple[Any, Any]:
+        """The built weight and bias, or those given as operator inputs (``F.conv2d``)."""
+        weight, bias = self.weight, self.bias
+        if weight is None:
+            weight = inputs[self.slots["weight"]]
+            if weight.ndim != self.nd + 2:
+                raise ShapeError(f"{self.op_type} {self.op_name!r}: weight has shape {tuple(weight.shape)}, "
+                                 f"expected {self.nd + 2} dimensions")
+            if self.nd == 1:
+                weight = self.xp.expand_dims(weight, axis=2)
+        if "bias" in self.slots:
+            bias = inputs[self.slots["bias"]]
+        return weight, bias
+
     def _activate(self, y: Any) -> Any:
         act = self.fused_activation
         if act is None:
@@ -129,26 +142,6 @@ class _ConvBase(Layer):
         if isinstance(act, tuple):
             return self.xp.clip(y, min=act[1], max=act[2])
         return act(y)
-
-    def _as4d(self, x: Any) -> tuple[Any, bool]:
-        xp = self.xp
-        unbatched = x.ndim == self.nd + 1
-        if x.ndim not in (self.nd + 1, self.nd + 2):
-            raise ShapeError(f"{self.op_type} {self.op_name!r}: expects a {self.nd + 2}-D input "
-                             f"(N, C, {'L' if self.nd == 1 else 'H, W'}), got shape {tuple(x.shape)}")
-        if unbatched:
-            x = xp.expand_dims(x, axis=0)
-        if self.nd == 1:
-            x = xp.expand_dims(x, axis=2)
-        return x, unbatched
-
-    def _from4d(self, y: Any, unbatched: bool) -> Any:
-        xp = self.xp
-        if self.nd == 1:
-            y = xp.squeeze(y, axis=2)
-        if unbatched:
-            y = xp.squeeze(y, axis=0)
-        return y
 
     def _check_channels(self, x: Any, orig_shape: tuple[int, ...], weight_shape: tuple[int, ...],
                         expected: int) -> None:
@@ -257,16 +250,8 @@ class Convolution(_ConvBase):
         xp = self.xp
         x0 = inputs[self.slots["input"]]
         x, unbatched = self._as4d(x0)
-        weight, bias, plan = self.weight, self.bias, self._plan
-        if weight is None:
-            weight = inputs[self.slots["weight"]]
-            if weight.ndim != self.nd + 2:
-                raise ShapeError(f"{self.op_type} {self.op_name!r}: weight has shape {tuple(weight.shape)}, "
-                                 f"expected {self.nd + 2} dimensions")
-            if self.nd == 1:
-                weight = xp.expand_dims(weight, axis=2)
-        if "bias" in self.slots:
-            bias = inputs[self.slots["bias"]]
+        weight, bias = self._weight_and_bias(inputs)
+        plan = self._plan
         self._check_channels(x, tuple(x0.shape), tuple(weight.shape), weight.shape[1] * self.groups)
         if weight.shape[0] % self.groups:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: weight {tuple(weight.shape)} has "
@@ -351,16 +336,8 @@ class ConvTranspose(_ConvBase):
         xp = self.xp
         x0 = inputs[self.slots["input"]]
         x, unbatched = self._as4d(x0)
-        weight, bias, plan = self.weight, self.bias, self._plan
-        if weight is None:
-            weight = inputs[self.slots["weight"]]
-            if weight.ndim != self.nd + 2:
-                raise ShapeError(f"{self.op_type} {self.op_name!r}: weight has shape {tuple(weight.shape)}, "
-                                 f"expected {self.nd + 2} dimensions")
-            if self.nd == 1:
-                weight = xp.expand_dims(weight, axis=2)
-        if "bias" in self.slots:
-            bias = inputs[self.slots["bias"]]
+        weight, bias = self._weight_and_bias(inputs)
+        plan = self._plan
         self._check_channels(x, tuple(x0.shape), tuple(weight.shape), weight.shape[0])
         if weight.shape[0] % self.groups:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: weight {tuple(weight.shape)} has "

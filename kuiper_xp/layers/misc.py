@@ -585,9 +585,8 @@ class TopK(Layer):
         return xp.take_along_axis(x, idx, axis=axis), idx
 
 
-@register("torch.index_select")
-class IndexSelect(Layer):
-    """``torch.index_select(input, dim, index)`` with a 0-d or 1-D integer index."""
+class _IndexOp(Layer):
+    """An operator with ``input`` and ``index`` inputs and a ``dim`` parameter."""
 
     def __init__(self, ctx: BuildContext, dim: int, pos: tuple[int, int]):
         super().__init__(ctx)
@@ -599,6 +598,11 @@ class IndexSelect(Layer):
         if set(slots) != {"input", "index"}:
             raise LayerParameterError(f"{op.where}: needs input and index inputs")
         return cls(ctx, op.param("dim", int), (slots["input"], slots["index"]))
+
+
+@register("torch.index_select")
+class IndexSelect(_IndexOp):
+    """``torch.index_select(input, dim, index)`` with a 0-d or 1-D integer index."""
 
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp
@@ -611,20 +615,9 @@ class IndexSelect(Layer):
 
 
 @register("torch.gather")
-class Gather(Layer):
+class Gather(_IndexOp):
     """``torch.gather(input, dim, index)``: out[i][j] = input[index[i][j]][j] (for dim 0). The
     index may be smaller than the input in the other dimensions (torch allows it)."""
-
-    def __init__(self, ctx: BuildContext, dim: int, pos: tuple[int, int]):
-        super().__init__(ctx)
-        self.dim, self.pos = dim, pos
-
-    @classmethod
-    def from_operator(cls, op, ctx):
-        slots = input_slots(op, ("input", "index"))
-        if set(slots) != {"input", "index"}:
-            raise LayerParameterError(f"{op.where}: needs input and index inputs")
-        return cls(ctx, op.param("dim", int), (slots["input"], slots["index"]))
 
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp

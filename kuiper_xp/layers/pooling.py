@@ -14,7 +14,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
-from .base import BuildContext, Layer
+from .base import BuildContext, SpatialLayer
 from .registry import register
 
 
@@ -33,28 +33,8 @@ def _n_outputs(op, return_indices: bool) -> None:
                                   f"the operator has {len(op.outputs)}")
 
 
-class _PoolBase(Layer):
+class _PoolBase(SpatialLayer):
     nd = 2
-
-    def _as4d(self, x: Any) -> tuple[Any, bool]:
-        xp = self.xp
-        if x.ndim not in (self.nd + 1, self.nd + 2):
-            raise ShapeError(f"{self.op_type} {self.op_name!r}: expects a {self.nd + 1}-D or {self.nd + 2}-D "
-                             f"input, got shape {tuple(x.shape)}")
-        unbatched = x.ndim == self.nd + 1
-        if unbatched:
-            x = xp.expand_dims(x, axis=0)
-        if self.nd == 1:
-            x = xp.expand_dims(x, axis=2)
-        return x, unbatched
-
-    def _from4d(self, y: Any, unbatched: bool) -> Any:
-        xp = self.xp
-        if self.nd == 1:
-            y = xp.squeeze(y, axis=2)
-        if unbatched:
-            y = xp.squeeze(y, axis=0)
-        return y
 
 
 def _window(op, nd, has_dilation: bool):
