@@ -15,7 +15,6 @@ directory per model and zoo hash (the hash covers the zoo sources and the torch/
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -24,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +33,7 @@ if str(TESTS) not in sys.path:
 
 from zoo import ModelSpec, get_spec, list_specs  # noqa: E402
 from zoo.export import export as zoo_export  # noqa: E402
+from zoo.export import redirect_fds as _quiet  # noqa: E402
 from zoo.export import zoo_hash  # noqa: E402
 
 __all__ = [
@@ -109,30 +108,6 @@ def one_line(exc: BaseException) -> str:
     msg = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
     text = f"{type(exc).__name__}: {msg}".strip()
     return text if len(text) <= 300 else text[:297] + "..."
-
-
-@contextlib.contextmanager
-def _quiet(log_path: Path):
-    """fd-level redirect of stdout/stderr (exporters print a lot) into log_path."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    try:
-        with open(log_path, "ab") as log:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    yield
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-    finally:
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        os.close(saved[0])
-        os.close(saved[1])
 
 
 def _peer_dir(spec: ModelSpec) -> Path:

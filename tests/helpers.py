@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -18,30 +16,13 @@ import kuiper_xp
 from kuiper_xp.layers import BuildContext, create_layer
 from kuiper_xp.pnnx.param import parse_param_text
 
-_VERBOSE = bool(os.environ.get("KUIPER_XP_VERBOSE_EXPORT"))
 
-
-@contextlib.contextmanager
 def quiet_fds():
-    """Silence stdout/stderr at the file-descriptor level (pnnx's C++ converter prints a lot)."""
-    if _VERBOSE:
-        yield
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = [os.dup(1), os.dup(2)]
-    with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), 1)
-        os.dup2(null.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+    """Silence stdout/stderr at the file-descriptor level (pnnx's C++ converter prints a lot),
+    unless KUIPER_XP_VERBOSE_EXPORT is set."""
+    from zoo.export import redirect_fds
+
+    return redirect_fds(os.devnull)
 
 
 def export_torch(module, inputs, out_dir=None, inputs2=None, name="m") -> Path:

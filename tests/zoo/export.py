@@ -118,7 +118,7 @@ def export_dir(name_or_spec: str | ModelSpec, dynamic: bool = False) -> Path:
 
 
 @contextlib.contextmanager
-def _redirect_fds(log_path: Path):
+def redirect_fds(log_path: str | os.PathLike):
     """Send fd 1 and fd 2 (C++ and Python alike) to log_path, unless verbose."""
     if _verbose():
         yield
@@ -185,7 +185,7 @@ def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> 
     pt_path = workdir / f"{name}.pt"
 
     t0, c0 = time.perf_counter(), time.process_time()
-    with _redirect_fds(log_path), torch.no_grad():
+    with redirect_fds(log_path), torch.no_grad():
         traced = torch.jit.trace(model, inputs, check_trace=False)
         traced.save(str(pt_path))
     t_trace, c_trace = time.perf_counter() - t0, time.process_time() - c0
