@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 
@@ -43,6 +44,11 @@ class Backend:
 
     def device_str(self) -> str:
         return str(self.device)
+
+    def compute_scope(self) -> Any:
+        """A context manager the runtime enters around each forward pass (the numpy backend
+        takes over BLAS's threads there); a no-op by default."""
+        return contextlib.nullcontext()
 
     def memory_stats(self) -> dict[str, int]:
         """Device memory pool statistics where the library has a pool (cupy), else {}."""

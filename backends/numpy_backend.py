@@ -32,6 +32,9 @@ class NumpyBackend(Backend):
 
         self.fast = numpy_fast
 
+    def compute_scope(self) -> Any:
+        return self.fast.compute_scope()
+
     def asarray(self, host: Any, dtype: Any = None) -> Any:
         return np.asarray(host, dtype=dtype)
 

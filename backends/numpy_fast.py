@@ -22,10 +22,12 @@ Convolution (``conv2d_plan``) picks, once at build, one of:
   split; the extra row of ones carries the bias), then one ``(O, K+1) @ (K+1, rows*Wo)`` matmul
   per block written straight into the NCHW output (several small images share one matmul).
 
-The copies and elementwise passes, which BLAS does not parallelise, can be split over channels on a
-small thread pool (``set_num_threads`` / ``$KUIPER_XP_NUM_THREADS``, default 1: see
-``_default_threads``; numpy releases the GIL in them). Scratch buffers are per-thread, outputs
-are always fresh arrays, so plans are thread-safe.
+Threads: inside a forward pass (:class:`compute_scope`, entered by the runtime) numpy's OpenBLAS
+runs on one thread and kuiper-xp splits the GEMMs, copies and elementwise passes itself over a
+team of persistent workers (as many threads as OpenBLAS had, or ``set_num_threads`` /
+``$KUIPER_XP_NUM_THREADS``; numpy releases the GIL in all of them): one pool of threads instead of
+two fighting for the cores. Scratch buffers are per-thread, outputs are always fresh arrays, so
+plans are thread-safe.
 ``activation_inplace`` applies a layer's ``fused_activation`` on the fresh output; ``unary`` and
 the named kernels it shares with it (sigmoid, SiLU, hardswish, hardsigmoid, GELU erf/tanh) run
 in L2-sized chunks with chunk-sized temporaries, warning-free and NaN/Inf-exact as torch.
@@ -35,7 +37,6 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,7 @@ __all__ = [
     "UNARY_ACTIVATIONS",
     "set_num_threads",
     "get_num_threads",
+    "compute_scope",
 ]
 
 #: Winograd is used for 3x3 stride-1 ungrouped float32 convolutions when both channel counts are
@@ -91,68 +93,252 @@ _tls = threading.local()
 
 
 # -- threads and scratch ---------------------------------------------------------------------------
-def _default_threads() -> int:
-    """1 unless ``$KUIPER_XP_NUM_THREADS`` says otherwise: OpenBLAS's idle workers spin (with
-    sched_yield) for a while after every GEMM, so a second thread of ours competes with them for
-    the cores instead of running in parallel (measured: MobileNetV2 at 2 BLAS threads 25.6 ms with
-    1 thread here, 29.0 ms with 2; 21.9 ms with 2 and ``OPENBLAS_THREAD_TIMEOUT=4``)."""
+# kuiper-xp schedules its own threads: inside a forward pass (``compute_scope``) numpy's OpenBLAS
+# is pinned to one thread and every GEMM, copy and elementwise pass is split over a small team of
+# persistent workers that sleep on a lock between jobs. OpenBLAS's own workers spin (with
+# sched_yield) for a while after every GEMM, so letting BLAS thread the GEMMs while kuiper-xp
+# threads the rest had the two pools fight for the cores (MobileNetV2, 2 cores: 25.6 ms with one
+# thread of ours, 29.0 ms with two); the spinning also slowed the next engine of an interleaved
+# benchmark. Where OpenBLAS cannot be found (numpy on MKL or Accelerate), BLAS keeps its threads
+# and ours default to 1.
+
+def _env_threads() -> int | None:
     env = os.environ.get("KUIPER_XP_NUM_THREADS")
     if env:
         try:
             return max(1, int(env))
         except ValueError:
             pass
-    return 1
+    return None
 
 
-_n_threads = _default_threads()
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+class _OpenBLAS:
+    """ctypes handles on the OpenBLAS numpy links against (found in /proc/self/maps; symbols with
+    scipy-openblas's ``scipy_`` prefix and ``64_`` suffix too), or ``ok = False``."""
+
+    def __init__(self) -> None:
+        self.ok = False
+        self._get = self._set = None
+        try:
+            import ctypes
+
+            with open("/proc/self/maps") as f:
+                paths = {line.split(None, 5)[-1].strip() for line in f if "openblas" in line.lower()}
+            for path in sorted(p for p in paths if p.startswith("/")):
+                lib = ctypes.CDLL(path)
+                for pre in ("scipy_", ""):
+                    for suf in ("64_", ""):
+                        get = getattr(lib, f"{pre}openblas_get_num_threads{suf}", None)
+                        put = getattr(lib, f"{pre}openblas_set_num_threads{suf}", None)
+                        if get is not None and put is not None:
+                            get.restype, get.argtypes = ctypes.c_int, []
+                            put.restype, put.argtypes = None, [ctypes.c_int]
+                            self._get, self._set, self.ok = get, put, True
+                            return
+        except (OSError, ValueError, AttributeError):
+            self.ok = False
+
+    def get(self) -> int:
+        return int(self._get()) if self.ok else 1
+
+    def set(self, n: int) -> None:
+        if self.ok:
+            self._set(int(n))
 
 
-def _forget_pool_after_fork() -> None:
-    # a forked child inherits the executor object but not its threads: start afresh
-    global _pool, _pool_lock
-    _pool = None
-    _pool_lock = threading.Lock()
+_explicit_threads: int | None = _env_threads()
+_blas: _OpenBLAS | None = None
+_scope_lock = threading.Lock()
+_scope_depth = 0
+_scope_saved = 1
+_scope_threads = 1   # threads of ours inside a compute scope
+_gemm_split = False  # inside a scope with BLAS pinned to one thread: GEMMs are split by us
+
+
+def _get_blas() -> _OpenBLAS:
+    global _blas
+    if _blas is None:
+        _blas = _OpenBLAS()
+    return _blas
+
+
+class _Worker:
+    """A persistent thread that runs one ``fn(lo, hi)`` per ``start``; a pair of locks hands the
+    job over and back (about 20 us, against 55 us for a ThreadPoolExecutor round trip)."""
+
+    def __init__(self, k: int) -> None:
+        self.go = threading.Lock()
+        self.go.acquire()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.job: tuple | None = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._loop, name=f"kuiper-xp-{k}", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self.go.acquire()
+            fn, lo, hi = self.job
+            try:
+                fn(lo, hi)
+            except BaseException as e:  # handed back to the caller by finish()
+                self.error = e
+            self.job = None
+            self.done.release()
+
+    def start(self, fn, lo: int, hi: int) -> None:
+        self.error = None
+        self.job = (fn, lo, hi)
+        self.go.release()
+
+    def finish(self) -> BaseException | None:
+        self.done.acquire()
+        return self.error
+
+
+_team: list[_Worker] = []
+_team_lock = threading.Lock()  # held while the team runs a job; a nested or concurrent call runs inline
+
+
+def _forget_team_after_fork() -> None:
+    # a forked child inherits the worker objects but not their threads: start afresh
+    global _team, _team_lock, _scope_lock, _scope_depth, _gemm_split
+    _team = []
+    _team_lock = threading.Lock()
+    _scope_lock = threading.Lock()
+    _scope_depth = 0
+    _gemm_split = False
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+    os.register_at_fork(after_in_child=_forget_team_after_fork)
 
 
-def set_num_threads(n: int) -> None:
-    """Threads used for the copies and elementwise passes of the fast paths (BLAS has its own)."""
-    global _n_threads, _pool
-    n = max(1, int(n))
-    with _pool_lock:
-        if n != _n_threads and _pool is not None:
-            _pool.shutdown(wait=False)
-            _pool = None
-        _n_threads = n
+def set_num_threads(n: int | None) -> int | None:
+    """Threads kuiper-xp uses for GEMMs, copies and elementwise passes (None: the default, which
+    is numpy's OpenBLAS thread count at the start of each forward pass, else 1 when numpy's BLAS
+    is not OpenBLAS; ``$KUIPER_XP_NUM_THREADS`` sets it at import). Returns the previous setting,
+    for restoring it."""
+    global _explicit_threads
+    old = _explicit_threads
+    _explicit_threads = None if n is None else max(1, int(n))
+    return old
 
 
 def get_num_threads() -> int:
-    return _n_threads
+    """The thread count a forward pass started now would use."""
+    if _scope_depth:
+        return _scope_threads
+    if _explicit_threads is not None:
+        return _explicit_threads
+    blas = _get_blas()
+    return blas.get() if blas.ok else 1
+
+
+class compute_scope:
+    """Context manager around a forward pass: pins numpy's OpenBLAS to one thread and lets
+    :func:`_parallel` and :func:`_gemm` split work over ``get_num_threads()`` threads of ours;
+    restores the BLAS thread count on exit. Re-entrant and thread-safe (counted)."""
+
+    __slots__ = ()
+
+    def __enter__(self):
+        global _scope_depth, _scope_saved, _scope_threads, _gemm_split
+        with _scope_lock:
+            if _scope_depth == 0:
+                blas = _get_blas()
+                saved = blas.get() if blas.ok else 1
+                threads = _explicit_threads if _explicit_threads is not None else (saved if blas.ok else 1)
+                _scope_saved, _scope_threads = saved, max(1, threads)
+                _gemm_split = blas.ok and _scope_threads > 1
+                if _gemm_split and saved != 1:
+                    blas.set(1)
+            _scope_depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        global _scope_depth, _gemm_split
+        with _scope_lock:
+            _scope_depth -= 1
+            if _scope_depth == 0:
+                if _gemm_split and _scope_saved != 1:
+                    _get_blas().set(_scope_saved)
+                _gemm_split = False
+        return False
+
+
+def _threads_now() -> int:
+    if _scope_depth:
+        return _scope_threads
+    return _explicit_threads if _explicit_threads is not None else 1
 
 
 def _parallel(fn, n: int, work: int) -> None:
-    """Call ``fn(lo, hi)`` over ``[0, n)`` split into up to ``get_num_threads()`` chunks (the caller
-    runs one); ``work`` (elements touched) below PARALLEL_MIN_ELEMENTS runs in one call."""
-    global _pool
-    k = min(_n_threads, n)
-    if k <= 1 or work < PARALLEL_MIN_ELEMENTS:
+    """Call ``fn(lo, hi)`` over ``[0, n)`` split into up to ``_threads_now()`` chunks (the caller
+    runs the first); ``work`` (elements touched) below PARALLEL_MIN_ELEMENTS, or a call made
+    while the team is busy (nested, or from another thread), runs in one call."""
+    global _team
+    k = min(_threads_now(), n)
+    if k <= 1 or work < PARALLEL_MIN_ELEMENTS or not _team_lock.acquire(blocking=False):
         fn(0, n)
         return
-    if _pool is None:
-        with _pool_lock:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=_n_threads - 1, thread_name_prefix="kuiper-xp")
-    bounds = [(n * i) // k for i in range(k + 1)]
-    futures = [_pool.submit(fn, bounds[i], bounds[i + 1]) for i in range(1, k)]
-    fn(bounds[0], bounds[1])
-    for f in futures:
-        f.result()
+    try:
+        while len(_team) < k - 1:
+            _team.append(_Worker(len(_team) + 1))
+        bounds = [(n * i) // k for i in range(k + 1)]
+        for i in range(1, k):
+            _team[i - 1].start(fn, bounds[i], bounds[i + 1])
+        error = None
+        try:
+            fn(bounds[0], bounds[1])
+        except BaseException as e:
+            error = e
+        for i in range(1, k):
+            e = _team[i - 1].finish()
+            error = error or e
+        if error is not None:
+            raise error
+    finally:
+        _team_lock.release()
+
+
+#: GEMMs of fewer multiply-adds than this are not split over threads (~40 us on one core)
+GEMM_SPLIT_MIN_MACS = 1 << 21
+#: a split over columns gives each thread at least this many (else rows, at least a quarter as many)
+GEMM_SPLIT_MIN_COLUMNS = 64
+#: columns are split in blocks of this many (64 bytes of float32)
+GEMM_SPLIT_STEP = 16
+
+
+def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=out)``, split over our threads inside a compute scope (BLAS is on
+    one thread there): over the stack axis of a batched product with enough matrices, else over
+    the columns of ``out`` (rows when it has few columns). Slices keep unit inner strides, so
+    every piece is still one BLAS call."""
+    k = _threads_now() if _gemm_split else 1
+    m, nn = out.shape[-2], out.shape[-1]
+    macs = out.size * a.shape[-1]
+    if k <= 1 or macs < GEMM_SPLIT_MIN_MACS:
+        return np.matmul(a, b, out=out)
+    if out.ndim == 3 and out.shape[0] >= 2 * k:
+        def part(lo, hi):
+            np.matmul(a[lo:hi] if a.ndim == 3 and a.shape[0] > 1 else a,
+                      b[lo:hi] if b.ndim == 3 and b.shape[0] > 1 else b, out=out[lo:hi])
+        _parallel(part, out.shape[0], 1 << 62)
+    elif nn >= GEMM_SPLIT_MIN_COLUMNS * k:
+        step = GEMM_SPLIT_STEP
+
+        def part(lo, hi):
+            lo, hi = lo * step, min(nn, hi * step)
+            np.matmul(a, b[..., lo:hi], out=out[..., lo:hi])
+        _parallel(part, -(-nn // step), 1 << 62)
+    elif m >= max(1, GEMM_SPLIT_MIN_COLUMNS // 4) * k:
+        def part(lo, hi):
+            np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :])
+        _parallel(part, m, 1 << 62)
+    else:
+        np.matmul(a, b, out=out)
+    return out
 
 
 def _workspace(shape: tuple[int, ...], dtype: Any, slot: int = 0) -> np.ndarray:
@@ -588,7 +774,7 @@ class Conv2dPlan:
         fold = self.bias is not None and not (direct and o < c)
         if direct and not fold:
             for i in range(n):
-                np.matmul(self.wmat[:, :c], x[i].reshape(c, ln), out=y[i].reshape(o, ln))
+                _gemm(self.wmat[:, :c], x[i].reshape(c, ln), y[i].reshape(o, ln))
             self._add_bias(y)
             return y
         kk = c + 1 if fold else c
@@ -601,10 +787,10 @@ class Conv2dPlan:
                 cols[c] = 1
             _copy_channels(_view(cols[:c], (c, b, ho, wo)), src[i0:i0 + b].transpose(1, 0, 2, 3))
             if b == 1:
-                np.matmul(wm, cols, out=y[i0].reshape(o, ln))
+                _gemm(wm, cols, y[i0].reshape(o, ln))
             else:
                 res = _workspace((o, b * ln), self.dtype, slot=11)
-                np.matmul(wm, cols, out=res)
+                _gemm(wm, cols, res)
                 _copy_channels(y[i0:i0 + b].reshape(b, o, ln), res.reshape(o, b, ln).transpose(1, 0, 2), axis=1)
         return y
 
@@ -628,10 +814,10 @@ class Conv2dPlan:
                              strides=(s1, s2, s3, s0, kh * s2, kw * s3), writeable=False)
             _copy_channels(_view(cols[:k], (c, kh, kw, b, ho, wo)), src)
             if b == 1:
-                np.matmul(self.wmat, cols, out=y[i0].reshape(self.o, ln))
+                _gemm(self.wmat, cols, y[i0].reshape(self.o, ln))
             else:
                 res = _workspace((self.o, b * ln), self.dtype, slot=11)
-                np.matmul(self.wmat, cols, out=res)
+                _gemm(self.wmat, cols, res)
                 _copy_channels(y[i0:i0 + b].reshape(b, self.o, ln),
                                res.reshape(self.o, b, ln).transpose(1, 0, 2), axis=1)
         return y
@@ -668,7 +854,7 @@ class Conv2dPlan:
                 cols[:, k] = 1
                 fill(cols, i0, b, 0, ho)
                 res = _workspace((g, og, b * ln), self.dtype, slot=11)
-                np.matmul(self.wmat, cols, out=res)
+                _gemm(self.wmat, cols, res)
                 _copy_channels(y[i0:i0 + b].reshape(b, g, og, ln),
                                res.reshape(g, og, b, ln).transpose(2, 0, 1, 3), axis=2)
             return y
@@ -681,9 +867,9 @@ class Conv2dPlan:
                 fill(cols, i, 1, r0, nr)
                 out = y[i].reshape(g, og, ho * wo)[:, :, r0 * wo: (r0 + nr) * wo]
                 if g == 1:
-                    np.matmul(self.wmat[0], cols[0], out=out[0])
+                    _gemm(self.wmat[0], cols[0], out[0])
                 else:
-                    np.matmul(self.wmat, cols, out=out)
+                    _gemm(self.wmat, cols, out)
         return y
 
     def _gemm_bases(self, x, ho, wo):
@@ -943,11 +1129,11 @@ class _Winograd:
                 p[:, :, t:t + hh, l:l + ww] = xs[:, lo:hi, :hh, :ww]
                 np.copyto(d6[:, :, lo:hi], tiles[:, :, lo:hi])
             _parallel(load, c, d.size)
-            np.matmul(self.bk, d, out=v)
-            np.matmul(self.u, v.reshape(a * a, c, b * nt), out=mm)
+            _gemm(self.bk, d, v)
+            _gemm(self.u, v.reshape(a * a, c, b * nt), mm)
             if self.bias is not None:
                 mm[a + 1] += self.bias
-            np.matmul(self.ak, mm.reshape(a * a, o * b * nt), out=yy)
+            _gemm(self.ak, mm.reshape(a * a, o * b * nt), yy)
             full = y[i0:i1] if exact else _workspace((b, o, m * th, m * tw), x.dtype, slot=5)
             st = full.strides
             dst = as_strided(full, shape=(m, m, o, b, th, tw),
@@ -996,7 +1182,7 @@ class ConvTranspose2dPlan:
         cols6 = cols.reshape(self.o, self.kh, self.kw, h, w)
         for i in range(n):
             xi = np.ascontiguousarray(x[i]).reshape(g, self.cg, h * w)
-            np.matmul(self.wmat, xi, out=cols)
+            _gemm(self.wmat, xi, cols)
             fi = full[i]
 
             def scatter(lo, hi, fi=fi):
@@ -1079,7 +1265,7 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
     x = np.asarray(x)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-    y = np.matmul(x2, weight_t)
+    y = _gemm(x2, weight_t, np.empty((x2.shape[0], weight_t.shape[1]), dtype=np.result_type(x2, weight_t)))
     if bias is not None:
         y += bias
     return y.reshape(lead + (weight_t.shape[1],))

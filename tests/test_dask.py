@@ -117,8 +117,7 @@ def test_cli_runs_files_on_a_local_cluster(tmp_path, capsys):
     from kuiper_xp.backends import numpy_fast
     from threadpoolctl import threadpool_limits
 
-    saved = numpy_fast.get_num_threads()
-    numpy_fast.set_num_threads(1)
+    saved = numpy_fast.set_num_threads(1)
     try:
         with threadpool_limits(1):
             expected = np.concatenate([g(first[i:i + 16])[0] for i in range(0, 120, 16)])

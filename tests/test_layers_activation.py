@@ -333,8 +333,7 @@ def small_chunks(request, monkeypatch):
     nf = _fast_numpy()
     monkeypatch.setattr(nf, "UNARY_CHUNK", 64)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 1)
-    old = nf.get_num_threads()
-    nf.set_num_threads(request.param)
+    old = nf.set_num_threads(request.param)
     yield nf
     nf.set_num_threads(old)
 

@@ -397,11 +397,14 @@ def fast_mode(request, monkeypatch):
     if request.param == "split":
         monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
         monkeypatch.setattr(nf, "GEMM_BLOCK_BYTES", 4096)
+        monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
+        monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_COLUMNS", 4)
+        monkeypatch.setattr(nf, "GEMM_SPLIT_STEP", 3)
         monkeypatch.setattr(nf, "DEPTHWISE_BLOCK_BYTES", 2048)
         monkeypatch.setattr(nf, "WINOGRAD_CHUNK_BYTES", 1)
-        old = nf.get_num_threads()
-        nf.set_num_threads(3)
-        yield request.param
+        old = nf.set_num_threads(3)
+        with nf.compute_scope():  # GEMMs split over the 3 threads too
+            yield request.param
         nf.set_num_threads(old)
     else:
         yield request.param

@@ -418,6 +418,11 @@ class Graph:
         env: list[Any] = [None] * len(self._slots)
         for k, (s, x) in enumerate(zip(self._input_ids, inputs)):
             env[s] = self._convert_input(k, x)
+        with self.backend.compute_scope():
+            self._execute(env, profile)
+        return tuple(env[s] for s in self._output_ids)
+
+    def _execute(self, env: list[Any], profile: bool) -> None:
         timings: list[tuple[str, str, float]] = []
         sync = self.backend.synchronize
         for r, checks in zip(self._steps, self._check_shapes):
@@ -449,7 +454,6 @@ class Graph:
                 env[s] = None
         if profile:
             self.last_profile = timings
-        return tuple(env[s] for s in self._output_ids)
 
     __call__ = forward
 

@@ -1,0 +1,136 @@
+"""The numpy backend's own threads (backends/numpy_fast.py): the worker team, GEMMs split over it
+inside a compute scope, and OpenBLAS pinned to one thread there and restored after."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from kuiper_xp.backends import numpy_fast as nf
+
+
+@pytest.fixture
+def threads3(monkeypatch):
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
+    old = nf.set_num_threads(3)
+    yield
+    nf.set_num_threads(old)
+
+
+def _pieces_seen(monkeypatch):
+    """Record the out-shapes of the BLAS calls _gemm makes."""
+    seen = []
+    real = np.matmul
+
+    class _Spy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def matmul(a, b, out=None):
+            seen.append(out.shape)
+            return real(a, b, out=out)
+    monkeypatch.setattr(nf, "np", _Spy())
+    return seen
+
+
+@pytest.mark.parametrize("a_shape, b_shape, how", [
+    ((37, 50), (50, 301), "columns"),      # columns split in 16-wide blocks, a short last block
+    ((301, 50), (50, 20), "rows"),         # few columns: rows
+    ((36, 40, 30), (36, 30, 77), "stack"),  # Winograd's batched product: over the stack
+    ((1, 40, 30), (5, 30, 200), "columns"),  # broadcast stack of 1, too few matrices to split
+    ((3, 60, 30), (3, 30, 5), "rows"),
+])
+def test_split_gemm_matches_matmul(threads3, monkeypatch, a_shape, b_shape, how):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    expected = np.matmul(a, b).astype(np.float64)
+    out = np.full(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]) + (a_shape[-2], b_shape[-1]), np.nan, np.float32)
+    seen = _pieces_seen(monkeypatch)
+    with nf.compute_scope():
+        if not nf._gemm_split:
+            pytest.skip("numpy's BLAS is not OpenBLAS here: GEMMs are not split")
+        nf._gemm(a, b, out)
+    assert len(seen) == 3, seen
+    if how == "columns":
+        assert all(s[-2] == out.shape[-2] for s in seen) and sum(s[-1] for s in seen) == out.shape[-1]
+    elif how == "rows":
+        assert all(s[-1] == out.shape[-1] for s in seen) and sum(s[-2] for s in seen) == out.shape[-2]
+    else:
+        assert sum(s[0] for s in seen) == out.shape[0]
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_gemm_outside_a_scope_is_one_call(threads3, monkeypatch):
+    seen = _pieces_seen(monkeypatch)
+    a, b = np.ones((64, 64), np.float32), np.ones((64, 640), np.float32)
+    nf._gemm(a, b, np.empty((64, 640), np.float32))
+    assert len(seen) == 1
+
+
+def test_scope_pins_openblas_and_restores_it():
+    blas = nf._get_blas()
+    if not blas.ok:
+        pytest.skip("numpy's BLAS is not OpenBLAS here")
+    before = blas.get()
+    old = nf.set_num_threads(2)
+    try:
+        with nf.compute_scope():
+            assert blas.get() == 1
+            assert nf.get_num_threads() == 2
+            with nf.compute_scope():  # re-entrant
+                assert blas.get() == 1
+            assert blas.get() == 1
+        assert blas.get() == before
+        nf.set_num_threads(None)  # default: as many as BLAS had
+        with nf.compute_scope():
+            assert nf.get_num_threads() == before
+    finally:
+        nf.set_num_threads(old)
+    assert blas.get() == before
+
+
+def test_worker_error_reaches_the_caller_and_the_team_stays_usable(threads3):
+    def part(lo, hi):
+        if lo > 0:
+            raise ZeroDivisionError(f"piece {lo}")
+    with pytest.raises(ZeroDivisionError, match="piece"):
+        nf._parallel(part, 9, 1 << 30)
+    got = np.zeros(9)
+
+    def fill(lo, hi):
+        got[lo:hi] = np.arange(lo, hi)
+    nf._parallel(fill, 9, 1 << 30)
+    np.testing.assert_array_equal(got, np.arange(9))
+
+
+def test_nested_and_concurrent_parallel_calls_finish(threads3):
+    """A _parallel inside a piece (or from another thread while the team is busy) runs inline."""
+    out = np.zeros((4, 30))
+
+    def inner(row):
+        def part(lo, hi):
+            out[row, lo:hi] += 1
+        return part
+
+    def outer(lo, hi):
+        for r in range(lo, hi):
+            nf._parallel(inner(r), 30, 1 << 30)
+
+    errors = []
+
+    def run():
+        try:
+            nf._parallel(outer, 4, 1 << 30)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+    ts = [threading.Thread(target=run) for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=60)
+    assert not errors and not any(t.is_alive() for t in ts)
+    np.testing.assert_array_equal(out, 3)
