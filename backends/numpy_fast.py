@@ -50,6 +50,7 @@ __all__ = [
     "pad",
     "max_pool2d",
     "linear",
+    "concat",
     "pack_linear",
     "activation_inplace",
     "unary",
@@ -86,6 +87,8 @@ DEPTHWISE_BLOCK_BYTES = 4 << 20
 DEPTHWISE_NHWC_MAX_PIXELS = 256
 #: strided GEMM convolutions read their patches from the input's polyphase split
 GEMM_POLYPHASE = True
+#: max pooling works on blocks of (image, channel) planes of about this many bytes
+POOL_BLOCK_BYTES = 256 << 10
 #: below this many elements an elementwise pass is not worth splitting over threads
 PARALLEL_MIN_ELEMENTS = 1 << 18
 
@@ -1217,8 +1220,9 @@ def _pool_out(size, k, s, p, d, ceil_mode):
 
 
 def max_pool2d(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode) -> np.ndarray:
-    """Running ``np.maximum`` over the ``kh*kw`` strided window views, in place, split over
-    channels on the thread pool."""
+    """Separable running ``np.maximum``: over the ``kw`` strided column views of each row, then
+    over the ``kh`` row views of that, in cache-sized blocks of planes split over the threads,
+    without a padded copy (NaN propagates, as in torch)."""
     x = np.asarray(x)
     n, c, h, w = x.shape
     ho = _pool_out(h, kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
@@ -1228,31 +1232,103 @@ def max_pool2d(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode) -> n
 
         raise ShapeError(f"pooling output would be empty for input {x.shape}, kernel {tuple(kernel)}")
     (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel, stride, dilation, padding
-    bh = max(ph, (ho - 1) * sh + dh * (kh - 1) + 1 - h - ph)
-    bw = max(pw, (wo - 1) * sw + dw * (kw - 1) + 1 - w - pw)
-    if ph or pw or bh or bw:
-        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        xp = np.empty((n, c, h + ph + bh, w + pw + bw), dtype=x.dtype)
-        xp[:, :, :ph] = low
-        xp[:, :, ph + h:] = low
-        xp[:, :, ph:ph + h, :pw] = low
-        xp[:, :, ph:ph + h, pw + w:] = low
-        _copy_channels(xp[:, :, ph:ph + h, pw:pw + w], x, axis=1)
-    else:
-        xp = x
     y = np.empty((n, c, ho, wo), dtype=x.dtype)
+    planes = x.reshape(n * c, h, w) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(n * c, h, w)
+    yf = y.reshape(n * c, ho, wo)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    # the padding is never materialised: tap j of output column q reads input column
+    # q*sw - pw + j*dw, which is inside the input for q in cols[j] (likewise rows); every output
+    # has at least one tap inside (torch's padding <= kernel/2 rule), so taps that fall outside
+    # are simply skipped, as -inf would be
+    cols = [_tap_range(wo, sw, j * dw - pw, w) for j in range(kw)]
+    rows = [_tap_range(ho, sh, i * dh - ph, h) for i in range(kh)]
+    full_c = any(a == 0 and b == wo for a, b in cols)
+    full_r = any(a == 0 and b == ho for a, b in rows)
+    per_plane = (h * wo + ho * wo) * x.dtype.itemsize
+    block = max(1, POOL_BLOCK_BYTES // max(1, per_plane))
+
+    def sweep(dst, src, ranges, step, off, axis, full):
+        first = True
+        if not full:
+            dst.fill(low)
+            first = False
+        for k, (a, b) in enumerate(ranges):
+            if a >= b:
+                continue
+            start = a * step + off[k]
+            sl = slice(start, start + step * (b - a - 1) + 1, step)
+            v = src[:, :, sl] if axis == 2 else src[:, sl]
+            d = dst[:, :, a:b] if axis == 2 else dst[:, a:b]
+            if first and a == 0 and b == dst.shape[axis]:
+                np.copyto(d, v)
+                first = False
+            elif first:
+                dst.fill(low)
+                first = False
+                np.maximum(d, v, out=d)
+            else:
+                np.maximum(d, v, out=d)
+
+    offs_c = [j * dw - pw for j in range(kw)]
+    offs_r = [i * dh - ph for i in range(kh)]
+    # the first full-range tap goes first, so that it initialises the accumulator with a copy
+    order_c = sorted(range(kw), key=lambda j: not (cols[j] == (0, wo)))
+    order_r = sorted(range(kh), key=lambda i: not (rows[i] == (0, ho)))
 
     def part(lo, hi):
-        acc = y[:, lo:hi]
-        for i in range(kh):
-            for j in range(kw):
-                v = xp[:, lo:hi, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-                if i == 0 and j == 0:
-                    np.copyto(acc, v)
-                else:
-                    np.maximum(acc, v, out=acc)
-    _parallel(part, c, y.size * kh * kw)
+        # separable: the max over the kw taps of every row, then over kh of those rows
+        for b0 in range(lo, hi, block):
+            b1 = min(hi, b0 + block)
+            tmp = _workspace((b1 - b0, h, wo), x.dtype, slot=16)
+            sweep(tmp, planes[b0:b1], [cols[j] for j in order_c], sw, [offs_c[j] for j in order_c], 2, full_c)
+            sweep(yf[b0:b1], tmp, [rows[i] for i in order_r], sh, [offs_r[i] for i in order_r], 1, full_r)
+    _parallel(part, n * c, y.size * (kh + kw))
     return y
+
+
+def _tap_range(n_out: int, stride: int, offset: int, size: int) -> tuple[int, int]:
+    """Outputs ``q`` in ``[a, b)`` for which ``q*stride + offset`` lies in ``[0, size)``."""
+    a = max(0, -(offset // stride))  # ceil(-offset / stride)
+    b = min(n_out, (size - 1 - offset) // stride + 1) if size - 1 - offset >= 0 else 0
+    return a, max(a, b)
+
+
+# -- concatenation ---------------------------------------------------------------------------------
+def concat(xs, axis: int):
+    """``np.concatenate(xs, axis)`` for same-dtype, same-rank arrays whose other dims agree (None
+    otherwise: the caller's generic path then reports the mismatch), split over the threads along
+    the first other axis long enough (the batch, else rows), so that narrow pieces such as YOLO's
+    ``cat([xy(2), wh(2), conf(81)], dim=-1)`` are copied in parallel too."""
+    first = xs[0]
+    nd, dt = first.ndim, first.dtype
+    if nd == 0 or not 0 <= axis < nd:
+        return None
+    for a in xs:
+        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != nd or any(
+                a.shape[d] != first.shape[d] for d in range(nd) if d != axis):
+            return None
+    shape = list(first.shape)
+    shape[axis] = sum(a.shape[axis] for a in xs)
+    out = np.empty(shape, dtype=dt)
+    k = _threads_now()
+    split = next((d for d in range(nd) if d != axis and shape[d] >= 2 * k), None)
+    pieces, off = [], 0
+    for a in xs:
+        m = a.shape[axis]
+        if m:
+            pieces.append((out[(slice(None),) * axis + (slice(off, off + m),)], a))
+        off += m
+    if split is None:
+        for dst, a in pieces:
+            _copy_channels(dst, a, axis=axis)
+        return out
+
+    def part(lo, hi):
+        key = (slice(None),) * split + (slice(lo, hi),)
+        for dst, a in pieces:
+            np.copyto(dst[key], a[key])
+    _parallel(part, shape[split], out.size)
+    return out
 
 
 # -- linear ----------------------------------------------------------------------------------------

@@ -398,6 +398,7 @@ def fast_mode(request, monkeypatch):
         monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
         monkeypatch.setattr(nf, "GEMM_BLOCK_BYTES", 4096)
         monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
+        monkeypatch.setattr(nf, "POOL_BLOCK_BYTES", 64)
         monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_COLUMNS", 4)
         monkeypatch.setattr(nf, "GEMM_SPLIT_STEP", 3)
         monkeypatch.setattr(nf, "DEPTHWISE_BLOCK_BYTES", 2048)

@@ -140,6 +140,33 @@ def test_cat(backend, dim):
     check_all(run(backend, layer, *xs), ref(lambda *t: torch.cat(t, dim), *xs), f"cat dim={dim}")
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("shapes, dim, views", [
+    ([(1, 3, 8, 8, 2), (1, 3, 8, 8, 2), (1, 3, 8, 8, 81)], 4, False),  # YOLO's detect head, split over rows
+    ([(2, 5, 3), (2, 0, 3), (2, 1, 3)], 1, True),                     # an empty piece, permuted views
+    ([(1, 1, 2), (1, 3, 2)], 1, False),                               # no axis long enough: per-piece copies
+    ([(6, 4), (2, 4)], 0, True),
+])
+def test_numpy_fast_concat_matches_torch(monkeypatch, threads, shapes, dim, views):
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    old = nf.set_num_threads(threads)
+    rng = np.random.default_rng(len(shapes) + dim)
+    try:
+        xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        if views:  # non-contiguous inputs: transposed copies viewed back
+            xs = [np.ascontiguousarray(a.T).T for a in xs]
+        with nf.compute_scope():
+            got = nf.concat(xs, dim)
+        np.testing.assert_array_equal(got, torch.cat([torch.from_numpy(np.ascontiguousarray(a)) for a in xs],
+                                                     dim).numpy())
+        assert nf.concat([xs[0], xs[0].astype(np.float64)], dim) is None  # mixed: the generic path
+        assert nf.concat([xs[0], xs[0][None]], dim) is None
+    finally:
+        nf.set_num_threads(old)
+
+
 def test_cat_of_mixed_dtypes_follows_the_annotation(backend):
     a = np.arange(6, dtype=np.int32).reshape(2, 3)
     b = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)

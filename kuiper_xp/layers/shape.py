@@ -303,6 +303,7 @@ class Cat(ShapeLayer):
     def __init__(self, ctx: BuildContext, dim: int, dtype: str | None):
         super().__init__(ctx)
         self.dim, self.dtype = dim, dtype
+        self._fast = getattr(ctx.fast, "concat", None)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -318,6 +319,10 @@ class Cat(ShapeLayer):
         if any(a.ndim != nd for a in xs):
             raise ShapeError(f"{self.who}: inputs of shapes {[tuple(a.shape) for a in xs]} have different ranks")
         d = norm_dim(self.dim, nd, self.who)
+        if self._fast is not None and type(self) is Cat:
+            out = self._fast(xs, d)
+            if out is not None:
+                return out
         try:
             return xp.concat(list(xs), axis=d)
         except ValueError as exc:
