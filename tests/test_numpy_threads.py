@@ -134,3 +134,24 @@ def test_nested_and_concurrent_parallel_calls_finish(threads3):
         t.join(timeout=60)
     assert not errors and not any(t.is_alive() for t in ts)
     np.testing.assert_array_equal(out, 3)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, transpose_b", [
+    ((2, 3, 20, 16), (2, 3, 20, 16), True),   # attention scores: q @ k^T on a transposed view
+    ((2, 3, 20, 20), (2, 3, 20, 16), False),  # weights @ v
+    ((1, 20, 16), (4, 16, 70), False),        # broadcast stack
+    ((200, 16), (16, 70), False),
+    ((5, 1, 20, 16), (5, 2, 16, 8), False),   # 4-D with broadcasting: numpy's own matmul
+])
+def test_fast_matmul_matches_numpy(threads3, a_shape, b_shape, transpose_b):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    if transpose_b:
+        b = np.swapaxes(b, -1, -2)
+    with nf.compute_scope():
+        got = nf.matmul(a, b)
+    np.testing.assert_allclose(got, np.matmul(a.astype(np.float64), b.astype(np.float64)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError):
+        with nf.compute_scope():
+            nf.matmul(a, b[..., :-1, :])

@@ -54,9 +54,11 @@ def softmax_last(xp: Any, s: Any) -> Any:
     return e
 
 
-def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None) -> tuple[Any, Any]:
-    """softmax(q k^T * scale + mask) v over the last two axes; returns (output, weights)."""
-    s = xp.matmul(q * scale, xp.matrix_transpose(k))
+def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None, matmul: Any = None) -> tuple[Any, Any]:
+    """softmax(q k^T * scale + mask) v over the last two axes; returns (output, weights).
+    ``matmul`` (default ``xp.matmul``) computes the two products."""
+    mm = matmul or xp.matmul
+    s = mm(q * scale, xp.matrix_transpose(k))
     if mask is not None:
         fits = mask.ndim <= s.ndim and all(
             a in (1, b) for a, b in zip(mask.shape[::-1], s.shape[::-1]))
@@ -65,7 +67,7 @@ def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None) -> t
         else:
             s = s + mask
     p = softmax_last(xp, s)
-    return xp.matmul(p, v), p
+    return mm(p, v), p
 
 
 def additive_mask(xp: Any, mask: Any, dtype: Any, device: Any, true_means_keep: bool) -> Any:
@@ -240,7 +242,7 @@ class MultiheadAttention(Layer):
             # measured 1.5x slower on NumPy for ViT-B shapes); the bias goes in place
             wm = w[wt]
             n, ln = x.shape[0], x.shape[1]
-            y = xp.matmul(xp.reshape(x, (n * ln, x.shape[2])), wm)
+            y = self.matmul(xp.reshape(x, (n * ln, x.shape[2])), wm)
             if w.get(b) is not None:
                 y += w[b]
             return xp.reshape(y, (n, ln, wm.shape[1]))
@@ -290,7 +292,7 @@ class MultiheadAttention(Layer):
             k, v = xp.concat([k, z], axis=2), xp.concat([v, z], axis=2)
             mask = pad_mask(mask)
 
-        out, p = attend(xp, q, k, v, self.scale, mask)
+        out, p = attend(xp, q, k, v, self.scale, mask, self.matmul)
         out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (N, L, E))
         out = proj(out, "o_t", "o_b")
         if batched and not self.batch_first:
@@ -354,7 +356,7 @@ class ScaledDotProductAttention(Layer):
             mask = self._causal_mask(q.shape[-2], k.shape[-2], q.dtype)
         elif "attn_mask" in self.pos:
             mask = additive_mask(xp, inputs[self.pos["attn_mask"]], q.dtype, self.device, true_means_keep=True)
-        out, _ = attend(xp, q, k, v, scale, mask)
+        out, _ = attend(xp, q, k, v, scale, mask, self.matmul)
         return out
 
 
@@ -379,7 +381,7 @@ class _Product(Layer):
 
     def _mm(self, a: Any, b: Any) -> Any:
         a, b = promote(self.xp, a, b)
-        return self.xp.matmul(a, b)
+        return self.matmul(a, b)
 
 
 @register("torch.matmul")
@@ -538,7 +540,7 @@ class Einsum(Layer):
             n = math.prod(sizes[c] for c in b_only)
             a2 = xp.reshape(a2, tuple(nb) + (m, kk))
             b2 = xp.reshape(b2, tuple(nb) + (kk, n))
-            c = xp.matmul(a2, b2)
+            c = self.matmul(a2, b2)
             a = xp.reshape(c, tuple(nb) + tuple(sizes[c_] for c_ in a_only + b_only))
             ta = "".join(batch + a_only + b_only)
         # final: sum anything not in the output, then permute

@@ -18,6 +18,9 @@ class BuildContext:
         self.xp = backend.xp
         self.device = backend.device
         self.fast = backend.fast
+        #: ``matmul(a, b)``: the backend's fast matrix product where it has one (the numpy backend
+        #: splits it over its threads inside a forward pass), else the namespace's
+        self.matmul = getattr(backend.fast, "matmul", None) or backend.xp.matmul
         self._weights: dict[int, Any] = {}
 
     def weight(self, ref: WeightRef, dtype: str | None = None) -> Any:
@@ -61,6 +64,7 @@ class Layer:
         self.xp = ctx.xp
         self.device = ctx.device
         self.backend = ctx.backend
+        self.matmul = ctx.matmul
 
     @classmethod
     def from_operator(cls, op: Operator, ctx: BuildContext) -> Layer:
