@@ -626,6 +626,13 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
     return "gemm", 0
 
 
+def _progression(taps) -> slice:
+    """The slice selecting ``taps`` (an increasing arithmetic progression)."""
+    step = taps[1] - taps[0] if len(taps) > 1 else 1
+    assert all(b - a == step for a, b in zip(taps, taps[1:]))
+    return slice(taps[0], taps[-1] + 1, step)
+
+
 class _GemmBlock:
     """A run of patch rows (one K block) read from one array: taps ``taps_i x taps_j`` of every
     channel; rows ``oi0 + si*a + rs*r``, columns ``oj0 + sj*b + cs*col`` of ``phase``'s array."""
@@ -707,19 +714,30 @@ class Conv2dPlan:
             self.wtaps = np.ascontiguousarray(w.reshape(self.o, self.kh * self.kw).T).reshape(
                 self.kh * self.kw, self.o, 1)
         else:
-            # (G, O/G, K + 1): the last column is the bias, met by a row of ones in the patches
-            # (Winograd plans keep it too, for calls too small for the transforms to pay)
-            wm = np.zeros((self.groups, og, k + 1), dtype=w.dtype)
             self.blocks = _gemm_blocks(self.kh, self.kw, self.stride, self.dilation, self.cg)
-            wg = w.reshape(self.groups, og, self.cg, self.kh, self.kw)
-            for blk in self.blocks:
-                sub = wg[:, :, :, list(blk.taps_i)][:, :, :, :, list(blk.taps_j)]
-                wm[:, :, blk.koff: blk.koff + blk.size] = sub.reshape(self.groups, og, blk.size)
-            if self.bias is not None:
-                wm[:, :, k] = self.bias.reshape(self.groups, og)
-            self.wmat = wm
+            self._weight = w
+            self.wmat = None
             if algo == "winograd":
+                # the GEMM weights are packed on the first call too small for the transforms
                 self.wino = _Winograd(w, self.bias, tile)
+            else:
+                self._pack_gemm()
+
+    def _pack_gemm(self) -> np.ndarray:
+        """(G, O/G, K + 1) GEMM weights: the last column is the bias, met by a row of ones in the
+        patches; taps in each block's order."""
+        if self.wmat is None:
+            og, k = self.o // self.groups, self.cg * self.kh * self.kw
+            wm = np.empty((self.groups, og, k + 1), dtype=self.dtype)
+            wg = self._weight.reshape(self.groups, og, self.cg, self.kh, self.kw)
+            for blk in self.blocks:
+                # a block's taps are an arithmetic progression: a strided view, one copy
+                si, sj = _progression(blk.taps_i), _progression(blk.taps_j)
+                _view(wm[:, :, blk.koff: blk.koff + blk.size], (self.groups, og, self.cg, blk.ni, blk.nj))[...] = \
+                    wg[:, :, :, si, sj]
+            wm[:, :, k] = 0 if self.bias is None else self.bias.reshape(self.groups, og)
+            self.wmat = wm  # one assignment: a concurrent first call at worst packs twice
+        return self.wmat
 
     def out_size(self, h: int, w: int) -> tuple[int, int]:
         (t, b), (l, r) = self.pads
@@ -828,6 +846,7 @@ class Conv2dPlan:
         return y
 
     def _run_gemm(self, x, ho, wo):
+        wmat = self._pack_gemm()
         n, c = x.shape[:2]
         g, cg = self.groups, self.cg
         og = self.o // g
@@ -859,7 +878,7 @@ class Conv2dPlan:
                 cols[:, k] = 1
                 fill(cols, i0, b, 0, ho)
                 res = _workspace((g, og, b * ln), self.dtype, slot=11)
-                _gemm(self.wmat, cols, res)
+                _gemm(wmat, cols, res)
                 _copy_channels(y[i0:i0 + b].reshape(b, g, og, ln),
                                res.reshape(g, og, b, ln).transpose(2, 0, 1, 3), axis=2)
             return y
@@ -872,9 +891,9 @@ class Conv2dPlan:
                 fill(cols, i, 1, r0, nr)
                 out = y[i].reshape(g, og, ho * wo)[:, :, r0 * wo: (r0 + nr) * wo]
                 if g == 1:
-                    _gemm(self.wmat[0], cols[0], out[0])
+                    _gemm(wmat[0], cols[0], out[0])
                 else:
-                    _gemm(self.wmat, cols, out)
+                    _gemm(wmat, cols, out)
         return y
 
     def _gemm_bases(self, x, ho, wo):
@@ -1090,9 +1109,11 @@ class _Winograd:
         o, c = w.shape[:2]
         # U[a, b, o, c] = sum_ij G[a, i] w[o, c, i, j] G[b, j], as one GEMM with kron(G, G)
         # (einsum without BLAS took ~30 ms per ResNet layer at load)
-        gg = np.kron(g, g)  # (a*a, 9)
-        u = gg @ w.astype(np.float64).reshape(o * c, 9).T
-        self.u = np.ascontiguousarray(u.reshape(self.a * self.a, o, c).astype(w.dtype))
+        # (in the weights' precision: a float64 pass made float64 temporaries of 36*O*C values
+        # and doubled ResNet-18's load time; the transform's rounding, ~1e-7 of |w|, is far
+        # below the Winograd transforms' own at run time)
+        gg = np.kron(g, g).astype(w.dtype)  # (a*a, 9)
+        self.u = (gg @ w.reshape(o * c, 9).T).reshape(self.a * self.a, o, c)
         self.bk = np.kron(bt, bt).astype(w.dtype)
         self.ak = np.kron(at, at).astype(w.dtype)
         self.bias = None if bias is None else np.asarray(bias, dtype=w.dtype).reshape(o, 1)
