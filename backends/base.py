@@ -45,10 +45,14 @@ class Backend:
     def device_str(self) -> str:
         return str(self.device)
 
-    def compute_scope(self) -> Any:
+    def compute_scope(self, pool: Any = None) -> Any:
         """A context manager the runtime enters around each forward pass (the numpy backend
-        takes over BLAS's threads there); a no-op by default."""
+        takes over BLAS's threads there, and draws outputs from ``pool``); a no-op by default."""
         return contextlib.nullcontext()
+
+    def buffer_pool(self) -> Any:
+        """A new pool of reusable output buffers for one graph (with ``give(array)``), or None."""
+        return None
 
     def memory_stats(self) -> dict[str, int]:
         """Device memory pool statistics where the library has a pool (cupy), else {}."""

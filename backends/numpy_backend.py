@@ -32,8 +32,11 @@ class NumpyBackend(Backend):
 
         self.fast = numpy_fast
 
-    def compute_scope(self) -> Any:
-        return self.fast.compute_scope()
+    def compute_scope(self, pool: Any = None) -> Any:
+        return self.fast.compute_scope(pool)
+
+    def buffer_pool(self) -> Any:
+        return self.fast.BufferPool()
 
     def asarray(self, host: Any, dtype: Any = None) -> Any:
         return np.asarray(host, dtype=dtype)

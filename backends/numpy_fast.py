@@ -36,7 +36,9 @@ in L2-sized chunks with chunk-sized temporaries, warning-free and NaN/Inf-exact 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -59,6 +61,7 @@ __all__ = [
     "set_num_threads",
     "get_num_threads",
     "compute_scope",
+    "BufferPool",
 ]
 
 #: Winograd is used for 3x3 stride-1 ungrouped float32 convolutions when both channel counts are
@@ -242,12 +245,19 @@ def get_num_threads() -> int:
 class compute_scope:
     """Context manager around a forward pass: pins numpy's OpenBLAS to one thread and lets
     :func:`_parallel` and :func:`_gemm` split work over ``get_num_threads()`` threads of ours;
-    restores the BLAS thread count on exit. Re-entrant and thread-safe (counted)."""
+    restores the BLAS thread count on exit. Re-entrant and thread-safe (counted). With a
+    :class:`BufferPool`, outputs made on this thread inside the scope come from that pool."""
 
-    __slots__ = ()
+    __slots__ = ("pool", "_saved_pool")
+
+    def __init__(self, pool: BufferPool | None = None) -> None:
+        self.pool = pool
+        self._saved_pool = None
 
     def __enter__(self):
         global _scope_depth, _scope_saved, _scope_threads, _gemm_split
+        self._saved_pool = getattr(_tls, "pool", None)
+        _tls.pool = self.pool
         with _scope_lock:
             if _scope_depth == 0:
                 blas = _get_blas()
@@ -262,6 +272,7 @@ class compute_scope:
 
     def __exit__(self, *exc):
         global _scope_depth, _gemm_split
+        _tls.pool = self._saved_pool
         with _scope_lock:
             _scope_depth -= 1
             if _scope_depth == 0:
@@ -346,6 +357,91 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     return out
 
 
+class BufferPool:
+    """Output buffers of one graph, handed back by the runtime when it drops a value and reused
+    for later outputs of the same size (in the same call or the next): large fresh arrays cost a
+    page fault per 4 KiB on first touch, which measured ~10 ms of a 30 ms max-pool at batch 8. A
+    buffer is taken back only when nothing else refers to it (no view, no other slot): the
+    reference counts are compared with those measured on a private probe at construction, so a
+    Python whose counting differs simply recycles nothing. Arrays under ``MIN_BYTES`` are left
+    to malloc. ``max_bytes`` caps what is kept idle; ``clear()`` frees it."""
+
+    MIN_BYTES = 1 << 18
+    GRAIN = 1 << 12
+
+    def __init__(self, max_bytes: int = 1 << 30) -> None:
+        self.max_bytes = int(max_bytes)
+        self.idle_bytes = 0
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._ours: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+        self._expect = self._calibrate()
+
+    def _calibrate(self):
+        view = np.empty(64, dtype=np.uint8)[:8].view(np.float32).reshape(2)
+        return self._probe(view)  # the same call shape as give(v) from the runtime
+
+    def _probe(self, a):
+        counts = self._sole_counts(a)
+        return counts
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape)) * dt.itemsize
+        if n < self.MIN_BYTES:
+            return np.empty(shape, dtype=dt)
+        key = -(-n // self.GRAIN) * self.GRAIN
+        buf = None
+        with self._lock:
+            # best fit: the smallest idle buffer of at least the size, within 2x of it
+            fit = min((k for k, lst in self._free.items() if lst and key <= k <= 2 * key), default=None)
+            if fit is not None:
+                buf = self._free[fit].pop()
+                self.idle_bytes -= fit
+        if buf is None:
+            buf = np.empty(key, dtype=np.uint8)
+            self._ours[id(buf)] = buf
+        return buf[:n].view(dt).reshape(shape)
+
+    @staticmethod
+    def _sole_counts(a: np.ndarray):
+        buf = a.base
+        if buf is None:
+            return None
+        return sys.getrefcount(a), sys.getrefcount(buf)
+
+    def give(self, a: Any) -> None:
+        """Take back ``a``'s buffer if it is one of ours and the caller's one local reference
+        to ``a`` is the only user of the buffer (call as ``v = slot; slot = None; give(v)``)."""
+        if type(a) is not np.ndarray:
+            return
+        counts = self._sole_counts(a)
+        if counts is None or counts != self._expect:
+            return
+        buf = a.base
+        if self._ours.get(id(buf)) is not buf:
+            return
+        key = buf.nbytes
+        with self._lock:
+            if self.idle_bytes + key > self.max_bytes:
+                return
+            self._free.setdefault(key, []).append(buf)
+            self.idle_bytes += key
+
+    def clear(self) -> None:
+        with self._lock:
+            self._free.clear()
+            self.idle_bytes = 0
+
+
+def _out(shape, dtype) -> np.ndarray:
+    """A fresh output array: from the calling thread's graph pool inside a compute scope."""
+    pool = getattr(_tls, "pool", None)
+    if pool is None:
+        return np.empty(shape, dtype=dtype)
+    return pool.empty(shape, dtype)
+
+
 def _workspace(shape: tuple[int, ...], dtype: Any, slot: int = 0) -> np.ndarray:
     """A per-thread scratch array (reused across calls; never returned to callers)."""
     n = int(np.prod(shape)) * np.dtype(dtype).itemsize
@@ -397,7 +493,7 @@ def _pad_zeros(x: np.ndarray, pads) -> np.ndarray:
     if not (t or b or l or r):
         return x
     n, c, h, w = x.shape
-    out = np.empty((n, c, h + t + b, w + l + r), dtype=x.dtype)
+    out = _out((n, c, h + t + b, w + l + r), x.dtype)
 
     def part(lo, hi):
         o = out.reshape(n * c, h + t + b, w + l + r)[lo:hi]
@@ -564,7 +660,7 @@ def unary(name: str, x: np.ndarray) -> np.ndarray:
     xt = x.transpose(perm)
     if not xt.flags.c_contiguous:
         xt = np.ascontiguousarray(xt)
-    out = np.empty(xt.shape, dtype=x.dtype)
+    out = _out(xt.shape, x.dtype)
     _run_unary(name, xt.reshape(-1), out.reshape(-1))
     return out.transpose(inv)
 
@@ -791,7 +887,7 @@ class Conv2dPlan:
         sh, sw = self.stride
         ln = ho * wo
         src = x if (sh, sw) == (1, 1) else x[:, :, ::sh, ::sw][:, :, :ho, :wo]
-        y = np.empty((n, o, ho, wo), dtype=self.dtype)
+        y = _out((n, o, ho, wo), self.dtype)
         batched = n > 1 and ln < GEMM_MIN_COLUMNS
         direct = src is x and x.flags.c_contiguous and not batched
         fold = self.bias is not None and not (direct and o < c)
@@ -825,7 +921,7 @@ class Conv2dPlan:
         kh, kw = self.kh, self.kw
         k = c * kh * kw
         ln = ho * wo
-        y = np.empty((n, self.o, ho, wo), dtype=self.dtype)
+        y = _out((n, self.o, ho, wo), self.dtype)
         s0, s1, s2, s3 = x.strides
         item = self.dtype.itemsize
         nb = max(1, min(n, (GEMM_BLOCK_BYTES * 4) // max(1, (k + 1) * ln * item)))
@@ -851,7 +947,7 @@ class Conv2dPlan:
         g, cg = self.groups, self.cg
         og = self.o // g
         k = cg * self.kh * self.kw
-        y = np.empty((n, self.o, ho, wo), dtype=self.dtype)
+        y = _out((n, self.o, ho, wo), self.dtype)
         bases = self._gemm_bases(x, ho, wo)
         item = self.dtype.itemsize
 
@@ -938,7 +1034,7 @@ class Conv2dPlan:
         wq = wo + max(tp[3] for tp in taps)
         hp, wp = sh * hq, sw * wq
         hh, ww = max(0, min(h, hp - t)), max(0, min(w, wp - l))
-        y = np.empty((n, o, ho, wo), dtype=self.dtype)
+        y = _out((n, o, ho, wo), self.dtype)
         bias = None if self.bias is None else self.bias.reshape(o, 1, 1)
         per_channel = (hp * wp + 2 * ho * wq) * self.dtype.itemsize
         # blocks of channels of one image at a time (several images per block only when one
@@ -966,7 +1062,7 @@ class Conv2dPlan:
         item = self.dtype.itemsize
         per_image = (hp * wp + 2 * ho * wo) * c * item
         ni = max(1, min(n, DEPTHWISE_BLOCK_BYTES // max(1, per_image)))
-        y = np.empty((n, c, ho, wo), dtype=self.dtype)
+        y = _out((n, c, ho, wo), self.dtype)
         bias = self.bias
         taps = [(i * dh, j * dw) for i in range(self.kh) for j in range(self.kw)]
 
@@ -1255,7 +1351,7 @@ def max_pool2d(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode) -> n
 
         raise ShapeError(f"pooling output would be empty for input {x.shape}, kernel {tuple(kernel)}")
     (kh, kw), (sh, sw), (dh, dw), (ph, pw) = kernel, stride, dilation, padding
-    y = np.empty((n, c, ho, wo), dtype=x.dtype)
+    y = _out((n, c, ho, wo), x.dtype)
     planes = x.reshape(n * c, h, w) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(n * c, h, w)
     yf = y.reshape(n * c, ho, wo)
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
@@ -1328,13 +1424,13 @@ def matmul(a, b):
     m, n = a.shape[-2], b.shape[-1]
     if a.ndim <= 3 and b.ndim <= 3:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        return _gemm(a, b, np.empty(lead + (m, n), dtype=a.dtype))
+        return _gemm(a, b, _out(lead + (m, n), a.dtype))
     if a.shape[:-2] != b.shape[:-2]:
         return np.matmul(a, b)
     lead = a.shape[:-2]
     a3 = a.reshape((-1,) + a.shape[-2:])
     b3 = b.reshape((-1,) + b.shape[-2:])
-    out = np.empty((a3.shape[0], m, n), dtype=a.dtype)
+    out = _out((a3.shape[0], m, n), a.dtype)
     return _gemm(a3, b3, out).reshape(lead + (m, n))
 
 
@@ -1354,7 +1450,7 @@ def concat(xs, axis: int):
             return None
     shape = list(first.shape)
     shape[axis] = sum(a.shape[axis] for a in xs)
-    out = np.empty(shape, dtype=dt)
+    out = _out(shape, dt)
     k = _threads_now()
     split = next((d for d in range(nd) if d != axis and shape[d] >= 2 * k), None)
     pieces, off = [], 0
@@ -1386,7 +1482,7 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
     x = np.asarray(x)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-    y = _gemm(x2, weight_t, np.empty((x2.shape[0], weight_t.shape[1]), dtype=np.result_type(x2, weight_t)))
+    y = _gemm(x2, weight_t, _out((x2.shape[0], weight_t.shape[1]), np.result_type(x2, weight_t)))
     if bias is not None:
         y += bias
     return y.reshape(lead + (weight_t.shape[1],))

@@ -69,8 +69,9 @@ class KuiperRunner(Runner):
         self.backend_name = backend
         self.g = None
         self.backend = None
-        import kuiper_xp.runtime.graph  # noqa: F401  (layer modules: not part of the load time)
         from kuiper_xp.backends import get_backend
+
+        import kuiper_xp.runtime.graph  # noqa: F401  (layer modules: not part of the load time)
 
         try:  # library start-up, once per process (~0.2 s: array-api-compat's numpy namespace
             get_backend(backend)  # walks numpy's lazy submodules): not part of the load time,

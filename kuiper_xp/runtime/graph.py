@@ -139,6 +139,8 @@ class Graph:
         self._steps: list[RuntimeOperator] = []
         self._check_shapes: list[list[tuple[Operand, int]]] = []
         self._dynamic = False
+        #: reusable output buffers (numpy backend): values the plan drops are handed back
+        self._pool = self.backend.buffer_pool()
 
     # -- stages ---------------------------------------------------------------------------------
     def init(self) -> Graph:
@@ -418,13 +420,14 @@ class Graph:
         env: list[Any] = [None] * len(self._slots)
         for k, (s, x) in enumerate(zip(self._input_ids, inputs)):
             env[s] = self._convert_input(k, x)
-        with self.backend.compute_scope():
+        with self.backend.compute_scope(self._pool):
             self._execute(env, profile)
         return tuple(env[s] for s in self._output_ids)
 
     def _execute(self, env: list[Any], profile: bool) -> None:
         timings: list[tuple[str, str, float]] = []
         sync = self.backend.synchronize
+        give = None if self._pool is None else self._pool.give
         for r, checks in zip(self._steps, self._check_shapes):
             args = [env[s] for s in r.in_ids]
             t0 = time.perf_counter() if profile else 0.0
@@ -450,8 +453,12 @@ class Graph:
                     env[s] = v
             for operand, k in checks:
                 _check_output(r, operand, env[r.out_ids[k]])
+            args = out = None
             for s in r.release:
-                env[s] = None
+                v, env[s] = env[s], None
+                if give is not None:
+                    give(v)
+                v = None
         if profile:
             self.last_profile = timings
 

@@ -1,0 +1,86 @@
+"""The numpy backend's output-buffer pool (backends/numpy_fast.BufferPool): buffers are reused only
+when nothing else refers to them, and results handed to the caller are never overwritten."""
+
+from __future__ import annotations
+
+import importlib.resources
+
+import numpy as np
+import pytest
+from kuiper_xp.backends import numpy_fast as nf
+
+import kuiper_xp
+
+DATA = importlib.resources.files("kuiper_xp.data")
+
+
+@pytest.fixture
+def tiny_pool(monkeypatch):
+    monkeypatch.setattr(nf.BufferPool, "MIN_BYTES", 0)
+    return nf.BufferPool()
+
+
+def test_a_sole_buffer_is_reused(tiny_pool):
+    a = tiny_pool.empty((4, 5), np.float32)
+    where = id(a.base)
+    tiny_pool.give(a)  # the caller's contract: give the last reference, then drop it
+    del a
+    assert tiny_pool.idle_bytes == 4096  # one grain
+    b = tiny_pool.empty((2, 10), np.float32)
+    assert id(b.base) == where and tiny_pool.idle_bytes == 0
+
+
+def test_a_buffer_with_a_view_or_a_second_reference_is_kept_out(tiny_pool):
+    a = tiny_pool.empty((4, 5), np.float32)
+    view = a[1:]  # noqa: F841  (alive: the buffer is still in use)
+    tiny_pool.give(a)
+    assert tiny_pool.idle_bytes == 0
+    c = tiny_pool.empty((4, 5), np.float32)
+    other = [c]  # noqa: F841
+    tiny_pool.give(c)
+    assert tiny_pool.idle_bytes == 0
+    tiny_pool.give(np.ones(3))  # not ours: ignored
+    assert tiny_pool.idle_bytes == 0
+
+
+def test_best_fit_and_cap(tiny_pool):
+    big = tiny_pool.empty((1 << 14,), np.float32)  # 64 KiB
+    tiny_pool.give(big)
+    del big
+    small = tiny_pool.empty((100,), np.float32)  # 64 KiB is over twice its size: a new buffer
+    assert small.base is not None and tiny_pool.idle_bytes == 1 << 16
+    half = tiny_pool.empty((1 << 13,), np.float32)  # 32 KiB: takes the idle 64 KiB one
+    assert tiny_pool.idle_bytes == 0 and half.base.nbytes == 1 << 16
+    tiny_pool.give(half)
+    del half
+    tiny_pool.max_bytes = 1 << 16
+    more = tiny_pool.empty((1 << 14,), np.float32)  # takes it again; then one more, new
+    more2 = tiny_pool.empty((1 << 14,), np.float32)
+    tiny_pool.give(more)
+    del more
+    tiny_pool.give(more2)  # over the cap: dropped
+    del more2
+    assert tiny_pool.idle_bytes == 1 << 16
+    tiny_pool.clear()
+    assert tiny_pool.idle_bytes == 0
+
+
+def test_graph_outputs_survive_later_calls(monkeypatch):
+    """Every intermediate of the digits model goes through the pool; results of one call are
+    unchanged by the next, and repeated calls agree bit for bit with a pool-less graph."""
+    monkeypatch.setattr(nf.BufferPool, "MIN_BYTES", 0)
+    with (DATA / "digits_test.npz").open("rb") as fh, np.load(fh) as z:
+        images = z["images"]
+    param = DATA / "digits.pnnx.param"
+    g = kuiper_xp.load(param, backend="numpy")
+    plain = kuiper_xp.load(param, backend="numpy")
+    plain._pool = None
+    y1 = g(images[:64])[0]
+    keep = y1.copy()
+    assert g._pool.idle_bytes > 0  # intermediates came back
+    y2 = g(images[64:128])[0]
+    y3 = g(images[:64])[0]
+    np.testing.assert_array_equal(y1, keep)
+    np.testing.assert_array_equal(y3, keep)
+    np.testing.assert_array_equal(y2, plain(images[64:128])[0])
+    assert y1.base is not y2.base
