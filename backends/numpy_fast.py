@@ -677,17 +677,28 @@ def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
         _run_unary(spec, flat, flat)
         return y
     if spec == "relu":
-        np.maximum(y, 0, out=y)
+        lo, hi = 0, None
     elif isinstance(spec, tuple) and spec[0] == "clamp":
         lo, hi = spec[1], spec[2]
-        if lo is None:
-            np.minimum(y, hi, out=y)
-        elif hi is None:
-            np.maximum(y, lo, out=y)
-        else:
-            np.clip(y, lo, hi, out=y)
     else:
         return spec(y)
+    flat = y.reshape(-1) if y.flags.c_contiguous else None
+
+    def clamp(a):
+        if lo is None:
+            np.minimum(a, hi, out=a)
+        elif hi is None:
+            np.maximum(a, lo, out=a)
+        else:
+            np.clip(a, lo, hi, out=a)
+    if flat is None:
+        clamp(y)
+        return y
+    step = UNARY_CHUNK
+
+    def part(c0, c1):
+        clamp(flat[c0 * step: c1 * step])
+    _parallel(part, -(-flat.size // step), flat.size)
     return y
 
 

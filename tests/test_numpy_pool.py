@@ -84,3 +84,15 @@ def test_graph_outputs_survive_later_calls(monkeypatch):
     np.testing.assert_array_equal(y3, keep)
     np.testing.assert_array_equal(y2, plain(images[64:128])[0])
     assert y1.base is not y2.base
+
+
+def test_release_memory_frees_the_idle_buffers(monkeypatch):
+    monkeypatch.setattr(nf.BufferPool, "MIN_BYTES", 0)
+    with (DATA / "digits_test.npz").open("rb") as fh, np.load(fh) as z:
+        images = z["images"][:32]
+    g = kuiper_xp.load(DATA / "digits.pnnx.param", backend="numpy")
+    g(images)
+    idle = g._pool.idle_bytes
+    assert idle > 0 and g.release_memory() == idle and g._pool.idle_bytes == 0
+    strict = kuiper_xp.load(DATA / "digits.pnnx.param", backend="array_api_strict")
+    assert strict.release_memory() == 0

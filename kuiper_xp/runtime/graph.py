@@ -464,6 +464,15 @@ class Graph:
 
     __call__ = forward
 
+    def release_memory(self) -> int:
+        """Free the idle output buffers this graph keeps between calls (numpy backend); returns
+        the bytes released."""
+        if self._pool is None:
+            return 0
+        n = self._pool.idle_bytes
+        self._pool.clear()
+        return n
+
     def run(self, feeds: dict[str, Any] | None = None, **named: Any) -> dict[str, Any]:
         """Like :meth:`forward` with named inputs; returns ``{output name: array}``."""
         outs = self.forward(**(feeds or {}), **named)
