@@ -336,19 +336,20 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     macs = out.size * a.shape[-1]
     if k <= 1 or macs < GEMM_SPLIT_MIN_MACS:
         return np.matmul(a, b, out=out)
+    min_rows = max(1, GEMM_SPLIT_MIN_COLUMNS // 4)
     if out.ndim == 3 and out.shape[0] >= 2 * k:
         def part(lo, hi):
             np.matmul(a[lo:hi] if a.ndim == 3 and a.shape[0] > 1 else a,
                       b[lo:hi] if b.ndim == 3 and b.shape[0] > 1 else b, out=out[lo:hi])
         _parallel(part, out.shape[0], 1 << 62)
-    elif nn >= GEMM_SPLIT_MIN_COLUMNS * k and (nn >= m or m < max(1, GEMM_SPLIT_MIN_COLUMNS // 4) * k):
+    elif nn >= GEMM_SPLIT_MIN_COLUMNS * k and (nn >= m or m < min_rows * k):
         step = GEMM_SPLIT_STEP
 
         def part(lo, hi):
             lo, hi = lo * step, min(nn, hi * step)
             np.matmul(a, b[..., lo:hi], out=out[..., lo:hi])
         _parallel(part, -(-nn // step), 1 << 62)
-    elif m >= max(1, GEMM_SPLIT_MIN_COLUMNS // 4) * k:
+    elif m >= min_rows * k:
         def part(lo, hi):
             np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :])
         _parallel(part, m, 1 << 62)
@@ -1378,10 +1379,10 @@ def max_pool2d(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode) -> n
     block = max(1, POOL_BLOCK_BYTES // max(1, per_plane))
 
     def sweep(dst, src, ranges, step, off, axis, full):
-        first = True
+        # taps in order, a full-range one first when there is one (it initialises dst by a
+        # copy); otherwise dst starts at the lowest value
         if not full:
             dst.fill(low)
-            first = False
         for k, (a, b) in enumerate(ranges):
             if a >= b:
                 continue
@@ -1389,13 +1390,8 @@ def max_pool2d(x: np.ndarray, kernel, stride, padding, dilation, ceil_mode) -> n
             sl = slice(start, start + step * (b - a - 1) + 1, step)
             v = src[:, :, sl] if axis == 2 else src[:, sl]
             d = dst[:, :, a:b] if axis == 2 else dst[:, a:b]
-            if first and a == 0 and b == dst.shape[axis]:
+            if full and k == 0:
                 np.copyto(d, v)
-                first = False
-            elif first:
-                dst.fill(low)
-                first = False
-                np.maximum(d, v, out=d)
             else:
                 np.maximum(d, v, out=d)
 
