@@ -292,7 +292,6 @@ def _parallel(fn, n: int, work: int) -> None:
     """Call ``fn(lo, hi)`` over ``[0, n)`` split into up to ``_threads_now()`` chunks (the caller
     runs the first); ``work`` (elements touched) below PARALLEL_MIN_ELEMENTS, or a call made
     while the team is busy (nested, or from another thread), runs in one call."""
-    global _team
     k = min(_threads_now(), n)
     if k <= 1 or work < PARALLEL_MIN_ELEMENTS or not _team_lock.acquire(blocking=False):
         fn(0, n)

@@ -319,7 +319,7 @@ class Cat(ShapeLayer):
         if any(a.ndim != nd for a in xs):
             raise ShapeError(f"{self.who}: inputs of shapes {[tuple(a.shape) for a in xs]} have different ranks")
         d = norm_dim(self.dim, nd, self.who)
-        if self._fast is not None and type(self) is Cat:
+        if self._fast is not None:
             out = self._fast(xs, d)
             if out is not None:
                 return out
