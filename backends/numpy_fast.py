@@ -62,6 +62,8 @@ __all__ = [
     "get_num_threads",
     "compute_scope",
     "BufferPool",
+    "use_numba",
+    "numba_enabled",
 ]
 
 #: Winograd is used for 3x3 stride-1 ungrouped float32 convolutions when both channel counts are
@@ -97,6 +99,7 @@ POOL_BLOCK_BYTES = 256 << 10
 PARALLEL_MIN_ELEMENTS = 1 << 18
 
 _tls = threading.local()
+_NUMBA_AT_IMPORT = os.environ.get("KUIPER_XP_NUMBA", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 # -- threads and scratch ---------------------------------------------------------------------------
@@ -240,6 +243,31 @@ def get_num_threads() -> int:
         return _explicit_threads
     blas = _get_blas()
     return blas.get() if blas.ok else 1
+
+
+_numba = None  # backends.numba_kernels while the optional compiled kernels are switched on
+
+
+def use_numba(flag: bool = True) -> bool:
+    """Switch the optional numba kernels (``backends.numba_kernels``: depthwise convolution) on or
+    off for the whole process; returns the previous setting. Off by default (``KUIPER_XP_NUMBA=1``
+    switches them on at import); the numpy paths stay the reference. Raises ImportError naming
+    the package when numba is not installed."""
+    global _numba
+    old = _numba is not None
+    if flag and _numba is None:
+        try:
+            from . import numba_kernels
+        except ImportError as e:
+            raise ImportError(f"the optional numba kernels need numba (pip install numba): {e}") from e
+        _numba = numba_kernels
+    elif not flag:
+        _numba = None
+    return old
+
+
+def numba_enabled() -> bool:
+    return _numba is not None
 
 
 class compute_scope:
@@ -820,6 +848,7 @@ class Conv2dPlan:
             # (kh*kw, O, 1): per-tap per-channel multipliers
             self.wtaps = np.ascontiguousarray(w.reshape(self.o, self.kh * self.kw).T).reshape(
                 self.kh * self.kw, self.o, 1)
+            self.wnumba = self.bnumba = None  # (O, kh, kw) weights and a bias for numba_kernels
         else:
             self.blocks = _gemm_blocks(self.kh, self.kw, self.stride, self.dilation, self.cg)
             self._weight = w
@@ -1033,6 +1062,8 @@ class Conv2dPlan:
         n, c = x.shape[:2]
         if self.mult == 1 and ho * wo <= DEPTHWISE_NHWC_MAX_PIXELS:
             return self._run_depthwise_nhwc(x, ho, wo, activation)
+        if _numba is not None and self.dtype in (np.float32, np.float64):
+            return self._run_depthwise_numba(x, ho, wo, activation)
         if self.mult != 1:
             x = np.repeat(x, self.mult, axis=1)
         h, w = x.shape[2:]
@@ -1061,6 +1092,32 @@ class Conv2dPlan:
                 self._depthwise_block(x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation)
         _parallel(part, o, y.size * len(taps))
         return y
+
+    def _run_depthwise_numba(self, x, ho, wo, activation=None):
+        """The compiled kernel (``numba_kernels.depthwise_channels``) per image, channels split
+        over the threads; ReLU/clamp fused in the kernel, other activations applied after."""
+        n = x.shape[0]
+        o = self.o
+        if self.wnumba is None:
+            self.wnumba = np.ascontiguousarray(self.wtaps.reshape(self.kh, self.kw, o).transpose(2, 0, 1))
+            self.bnumba = np.zeros(o, self.dtype) if self.bias is None else self.bias
+        x = np.ascontiguousarray(x)
+        y = _out((n, o, ho, wo), self.dtype)
+        clamp, lo, hi = False, 0.0, 0.0
+        if activation == "relu":
+            clamp, lo, hi, activation = True, 0.0, np.inf, None
+        elif isinstance(activation, tuple) and activation[0] == "clamp":
+            lo = -np.inf if activation[1] is None else float(activation[1])
+            hi = np.inf if activation[2] is None else float(activation[2])
+            clamp, activation = True, None
+        (sh, sw), (dh, dw), ((t, _), (l, _)) = self.stride, self.dilation, self.pads
+        kernel = _numba.depthwise_channels
+
+        def part(c0, c1):
+            for i in range(n):
+                kernel(x[i], self.wnumba, self.bnumba, y[i], c0, c1, self.mult, sh, sw, dh, dw, t, l, clamp, lo, hi)
+        _parallel(part, o, y.size * self.kh * self.kw)
+        return y if activation is None else activation_inplace(y, activation)
 
     def _run_depthwise_nhwc(self, x, ho, wo, activation=None):
         """Small maps (many channels, few pixels): channels-last, so that every tap pass runs
@@ -1573,3 +1630,12 @@ def expr_sign(x):
     r = np.sign(x)
     np.copyto(r, 0, where=np.isnan(x))
     return r
+
+
+if _NUMBA_AT_IMPORT:
+    try:
+        use_numba(True)
+    except ImportError as _e:
+        import warnings
+
+        warnings.warn(f"KUIPER_XP_NUMBA is set but {_e}; using the numpy paths", RuntimeWarning, stacklevel=2)

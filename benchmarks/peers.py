@@ -66,7 +66,12 @@ class KuiperRunner(Runner):
 
     def __init__(self, threads: int, backend: str = "numpy"):
         super().__init__(threads)
-        self.backend_name = backend
+        # "numpy+numba": the numpy backend with the optional numba kernels switched on
+        self.label_name = backend
+        self.backend_name, _, extra = backend.partition("+")
+        self.numba = extra == "numba"
+        if extra not in ("", "numba"):
+            raise ValueError(f"unknown kuiper-xp backend variant {backend!r} (known: <backend>, numpy+numba)")
         self.g = None
         self.backend = None
         from kuiper_xp.backends import get_backend
@@ -74,19 +79,32 @@ class KuiperRunner(Runner):
         import kuiper_xp.runtime.graph  # noqa: F401  (layer modules: not part of the load time)
 
         try:  # library start-up, once per process (~0.2 s: array-api-compat's numpy namespace
-            get_backend(backend)  # walks numpy's lazy submodules): not part of the load time,
-        except Exception:  # as `import onnxruntime` is not; an unavailable backend fails in load()
+            get_backend(self.backend_name)  # walks numpy's lazy submodules): not part of the load
+        except Exception:  # time, as `import onnxruntime` is not; an unavailable backend fails in load()
             pass
+        if self.numba:  # import numba and compile (or load numba's on-disk cache), outside the
+            self._use_numba()  # load time like the imports above; reported in the README
+            from kuiper_xp.backends import numba_kernels
+
+            numba_kernels.warm_up()
+
+    def _use_numba(self) -> None:
+        """Runners of one process share the numpy backend: set the switch before each call."""
+        if self.backend_name == "numpy":
+            from kuiper_xp.backends import numpy_fast
+
+            numpy_fast.use_numba(self.numba)
 
     @property
     def label(self) -> str:
-        return engine_label("kuiper", self.backend_name)
+        return engine_label("kuiper", self.label_name)
 
     def load(self, files, spec) -> None:
         if files.pnnx_param is None:
             raise RuntimeError(files.pnnx_error or "no pnnx export")
         import kuiper_xp
 
+        self._use_numba()
         self.g = kuiper_xp.load(files.pnnx_param, backend=self.backend_name)
         self.backend = self.g.backend
 
@@ -94,6 +112,7 @@ class KuiperRunner(Runner):
         return tuple(self.backend.asarray(x) for x in inputs)
 
     def run(self, prepared: Any) -> Any:
+        self._use_numba()
         out = self.g(*prepared)
         self.backend.synchronize()
         return out

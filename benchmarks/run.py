@@ -128,9 +128,13 @@ def set_threads(threads: int) -> str:
 
 
 def default_backends() -> list[str]:
+    import importlib.util
+
     import kuiper_xp
 
     out = ["numpy"]
+    if importlib.util.find_spec("numba") is not None:
+        out.append("numpy+numba")  # the optional compiled kernels, beside the default
     for info in kuiper_xp.list_backends():
         if info.name == "cupy" and info.available:
             out.append("cupy")

@@ -476,11 +476,23 @@ def test_numpy_fast_conv_matches_generic_and_torch(case, fast_mode):
 DEPTHWISE = [c for c in FAST if c[-1] == "depthwise"]
 
 
-@pytest.mark.parametrize("layout", ["planar", "nhwc"])
+@pytest.fixture
+def numba_on():
+    """The optional numba kernels switched on for one test (skipped without numba)."""
+    pytest.importorskip("numba")
+    old = nf.use_numba(True)
+    yield
+    nf.use_numba(old)
+
+
+@pytest.mark.parametrize("layout", ["planar", "nhwc", "numba"])
 @pytest.mark.parametrize("case", DEPTHWISE, ids=[f"dw-{i}" for i in range(len(DEPTHWISE))])
-def test_numpy_fast_depthwise_both_layouts(monkeypatch, case, layout):
-    """Both depthwise layouts (channels-last is picked for small maps) against torch."""
+def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
+    """Both depthwise layouts (channels-last is picked for small maps), and the optional numba
+    kernel, against torch."""
     monkeypatch.setattr(nf, "DEPTHWISE_NHWC_MAX_PIXELS", 10**9 if layout == "nhwc" else 0)
+    if layout == "numba":
+        request.getfixturevalue("numba_on")
     n, cin, cout, h, w, k, s, pads, d, g, _ = case
     s = s if isinstance(s, tuple) else (s, s)
     x, wt, b = rnd(n, cin, h, w), rnd(cout, cin // g, k, k, seed=1), rnd(cout, seed=2)
@@ -490,6 +502,23 @@ def test_numpy_fast_depthwise_both_layouts(monkeypatch, case, layout):
     assert plan.algo == "depthwise"
     assert_close(plan(x), expected.numpy(), rtol=RTOL, what=layout)
     assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what=f"{layout} relu6")
+    assert_close(plan(x, "relu"), F.relu(expected).numpy(), rtol=RTOL, what=f"{layout} relu")
+    assert_close(plan(x, "silu"), F.silu(expected).numpy(), rtol=RTOL, what=f"{layout} silu")
+
+
+def test_numba_depthwise_float64_nan_and_batch(numba_on):
+    """The compiled kernel: float64, a channel multiplier, batch 3, NaN propagated through the
+    fused clamp as torch does, no bias; the switch restores the previous setting."""
+    x, wt = rnd(3, 5, 17, 19).astype(np.float64), rnd(10, 1, 3, 3, seed=1).astype(np.float64)
+    x[1, 2, 4, 6] = np.nan
+    plan = nf.conv2d_plan(wt, None, stride=(2, 1), groups=5, pads=((1, 2), (0, 1)))
+    assert plan.algo == "depthwise" and nf.numba_enabled()
+    expected = F.conv2d(F.pad(torch.from_numpy(x), (0, 1, 1, 2)), torch.from_numpy(wt), None, (2, 1), 0, 1, 5)
+    got = plan(x, ("clamp", 0.0, 6.0))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, F.relu6(expected).numpy(), rtol=1e-12, atol=1e-12)
+    assert np.isnan(got).sum() == np.isnan(F.relu6(expected).numpy()).sum() > 0
+    assert nf.use_numba(False) is True and not nf.numba_enabled()
 
 
 @pytest.mark.parametrize("layout", ["planar", "nhwc"])
