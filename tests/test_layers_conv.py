@@ -397,6 +397,7 @@ def fast_mode(request, monkeypatch):
     if request.param == "split":
         monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
         monkeypatch.setattr(nf, "GEMM_BLOCK_BYTES", 4096)
+        monkeypatch.setattr(nf, "GEMM_ROWS_BYTES", 4096)
         monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
         monkeypatch.setattr(nf, "POOL_BLOCK_BYTES", 64)
         monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_COLUMNS", 4)
@@ -539,6 +540,30 @@ def test_numpy_fast_depthwise_in_channel_blocks(monkeypatch, n, stride, layout):
     assert_close(nobias(x, "relu"), F.relu(t(expected - b.reshape(1, -1, 1, 1))).numpy(), rtol=RTOL)
     gemm = nf.conv2d_plan(rnd(6, 40, 3, 3, seed=3), b[:6], pads=((1, 1), (1, 1)), algo="gemm")
     assert_close(gemm(x, "sigmoid"), torch.sigmoid(t(gemm(x))).numpy(), rtol=RTOL, what="gemm sigmoid")
+
+
+@pytest.mark.parametrize("rows_bytes", [4096, 1 << 20, 0])
+@pytest.mark.parametrize("act", ["silu", "relu", ("clamp", -0.5, 0.25), "gelu", "hardswish"])
+def test_numpy_fast_gemm_row_blocks_fuse_the_activation(monkeypatch, act, rows_bytes):
+    """With several threads each takes whole blocks of output rows (own im2col, GEMM, activation);
+    0 switches that off. Stride 2 with a 6x6 kernel (YOLOv5's stem), stride 1, batch 2, odd
+    sizes, last block shorter than the others; against torch."""
+    monkeypatch.setattr(nf, "GEMM_ROWS_BYTES", rows_bytes)
+    torch_act = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu, "hardswish": F.hardswish}
+    old = nf.set_num_threads(3)
+    try:
+        for cin, cout, k, s, p, h, w in [(3, 16, 6, 2, 2, 37, 30), (5, 7, 3, 1, 1, 19, 23)]:
+            x, wt, b = rnd(2, cin, h, w), rnd(cout, cin, k, k, seed=1), rnd(cout, seed=2)
+            ref = F.conv2d(t(x), t(wt), t(b), s, p)
+            ref = torch.clamp(ref, act[1], act[2]) if isinstance(act, tuple) else torch_act[act](ref)
+            plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)))
+            assert plan.algo == "gemm"
+            with nf.compute_scope():
+                got = plan(x, act)
+            assert got.flags.c_contiguous
+            assert_close(got, ref.numpy(), rtol=RTOL, what=f"{act} k{k} s{s}")
+    finally:
+        nf.set_num_threads(old)
 
 
 def test_numpy_fast_conv_picks_the_expected_algorithm():

@@ -47,6 +47,33 @@ def test_layer_norm(backend, tmp_path, shape, norm_shape, affine, eps):
                params=f"eps={eps:e} normalized_shape={_shape(norm_shape)}", keys=keys)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("affine", [True, False])
+def test_numpy_fast_layer_norm_in_row_blocks(monkeypatch, dtype, affine):
+    """The numpy fast path: blocks of a few rows split over 3 threads (last block short), a
+    permuted (non-contiguous) input, float64; against torch. Arguments it does not take (an
+    int input, a weight of another dtype) give None, for the generic path."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 40)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    x = _x(9, 7, 12, scale=3.0, shift=2.0).astype(dtype).transpose(1, 0, 2)
+    w, b = (_x(12).astype(dtype), _x(12).astype(dtype)) if affine else (None, None)
+    tw, tb = (torch.from_numpy(w), torch.from_numpy(b)) if affine else (None, None)
+    want = F.layer_norm(torch.from_numpy(np.ascontiguousarray(x)), (12,), tw, tb, 1e-3).numpy()
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            got = nf.layer_norm(x, 12, w, b, 1e-3)
+    finally:
+        nf.set_num_threads(old)
+    assert got.shape == x.shape and got.dtype == dtype
+    assert_close(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    assert nf.layer_norm(np.ones((2, 12), np.int64), 12) is None
+    assert nf.layer_norm(x, 12, np.ones(12, np.float16)) is None
+    assert nf.layer_norm(x, 5) is None
+
+
 @pytest.mark.parametrize("eps", [None, 1e-5, 0.1])
 @pytest.mark.parametrize("affine", [True, False])
 def test_rms_norm(backend, tmp_path, eps, affine):

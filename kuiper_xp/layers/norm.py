@@ -22,6 +22,7 @@ is cast back to the input dtype.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -89,6 +90,12 @@ class LayerNorm(_NormBase):
         if tuple(x.shape[x.ndim - k:]) != self.shape:
             raise ShapeError(f"{self.where}: input shape {tuple(x.shape)} does not end with normalized_shape {self.shape}")
         inputs = (x,) + rest
+        fast = getattr(self.backend.fast, "layer_norm", None)
+        if fast is not None:
+            w, b = self._affine(inputs)
+            y = fast(x, math.prod(self.shape), w, b, self.eps)
+            if y is not None:
+                return y
         xc = self._compute_dtype(x)
         mean = xp.mean(xc, axis=self.axes, keepdims=True)
         y = xc - mean  # fresh: the steps below update it in place (no temporaries of x's size
