@@ -51,7 +51,8 @@ class Backend:
         return contextlib.nullcontext()
 
     def buffer_pool(self) -> Any:
-        """A new pool of reusable output buffers for one graph (with ``give(array)``), or None."""
+        """A new pool of reusable output buffers for one graph (``give(array)`` for values the
+        runtime drops, ``lend(results)`` / ``reclaim()`` for results handed to the caller), or None."""
         return None
 
     def memory_stats(self) -> dict[str, int]:

@@ -56,6 +56,7 @@ __all__ = [
     "matmul",
     "pack_linear",
     "activation_inplace",
+    "clamp",
     "unary",
     "UNARY_ACTIVATIONS",
     "set_num_threads",
@@ -198,7 +199,9 @@ class _Worker:
                 fn(lo, hi)
             except BaseException as e:  # handed back to the caller by finish()
                 self.error = e
-            self.job = None
+            # drop the job before waiting for the next: a closure kept alive here would hold
+            # views of its arrays, so the buffer pool would never see them free
+            self.job = fn = None
             self.done.release()
 
     def start(self, fn, lo: int, hi: int) -> None:
@@ -407,8 +410,11 @@ class BufferPool:
         self.idle_bytes = 0
         self._free: dict[int, list[np.ndarray]] = {}
         self._ours: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._lent: list[np.ndarray] = []  # buffers behind results handed to the caller
         self._lock = threading.Lock()
         self._expect = self._calibrate()
+        probe = [np.empty(8, dtype=np.uint8)]
+        self._lent_expect = self._lent_count(probe, 0)
 
     def _calibrate(self):
         view = np.empty(64, dtype=np.uint8)[:8].view(np.float32).reshape(2)
@@ -461,9 +467,50 @@ class BufferPool:
             self._free.setdefault(key, []).append(buf)
             self.idle_bytes += key
 
+    @staticmethod
+    def _lent_count(lst: list, i: int) -> int:
+        buf = lst[i]
+        return sys.getrefcount(buf)
+
+    def lend(self, values) -> None:
+        """Note the buffers behind results handed to the caller (arrays of ours, or views of
+        them): :meth:`reclaim` takes each back once the caller has dropped every array on it."""
+        flat, todo = [], list(values)
+        while todo:  # results may be (nested) tuples/lists of arrays: prim::TupleConstruct
+            v = todo.pop()
+            if isinstance(v, (tuple, list)):
+                todo.extend(v)
+            elif type(v) is np.ndarray:
+                flat.append(v)
+        with self._lock:
+            known = {id(b) for b in self._lent}
+            for v in flat:
+                buf = v.base
+                while isinstance(buf, np.ndarray) and buf.base is not None:
+                    buf = buf.base
+                if buf is not None and self._ours.get(id(buf)) is buf and id(buf) not in known:
+                    self._lent.append(buf)
+                    known.add(id(buf))
+
+    def reclaim(self) -> None:
+        """Take back lent buffers nothing refers to any more (the caller dropped the results of
+        an earlier call): the next outputs of their size reuse them instead of fresh pages."""
+        with self._lock:
+            keep = []
+            for i in range(len(self._lent)):
+                if self._lent_count(self._lent, i) != self._lent_expect:
+                    keep.append(self._lent[i])
+                    continue
+                buf = self._lent[i]
+                if self.idle_bytes + buf.nbytes <= self.max_bytes:
+                    self._free.setdefault(buf.nbytes, []).append(buf)
+                    self.idle_bytes += buf.nbytes
+            self._lent = keep
+
     def clear(self) -> None:
         with self._lock:
             self._free.clear()
+            self._lent = []  # forgotten, never reused (the caller may still hold them)
             self.idle_bytes = 0
 
 
@@ -697,6 +744,37 @@ def unary(name: str, x: np.ndarray) -> np.ndarray:
         xt = np.ascontiguousarray(xt)
     out = _out(xt.shape, x.dtype)
     _run_unary(name, xt.reshape(-1), out.reshape(-1))
+    return out.transpose(inv)
+
+
+def clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray | None:
+    """``min(max(x, lo), hi)`` (either bound None; NaN stays NaN) of a float32/float64 array as a
+    fresh array laid out like ``x``, from the graph's buffer pool, split over the threads (ReLU
+    after a residual add: a fresh 6 MiB array per call at batch 8 cost a page fault per 4 KiB).
+    None for other dtypes."""
+    x = np.asarray(x)
+    if x.dtype not in (np.float32, np.float64) or x.ndim == 0:
+        return None
+    perm, inv = _memory_order(x)
+    xt = x.transpose(perm)
+    if not xt.flags.c_contiguous:
+        xt = np.ascontiguousarray(xt)
+    out = _out(xt.shape, x.dtype)
+    src, dst = xt.reshape(-1), out.reshape(-1)
+    step = UNARY_CHUNK
+
+    def part(c0, c1):
+        a, b = src[c0 * step: c1 * step], dst[c0 * step: c1 * step]
+        if hi is None:
+            np.maximum(a, lo, out=b)
+        elif lo is None:
+            np.minimum(a, hi, out=b)
+        else:
+            np.clip(a, lo, hi, out=b)
+    if lo is None and hi is None:
+        np.copyto(dst, src)
+    else:
+        _parallel(part, -(-src.size // step), src.size)
     return out.transpose(inv)
 
 
@@ -1339,7 +1417,7 @@ class _Winograd:
         item = x.dtype.itemsize
         # images per chunk: small images share the GEMMs (their tiles side by side)
         nb = max(1, min(n, WINOGRAD_CHUNK_BYTES // max(1, a * a * max(c, o) * nt * item)))
-        y = np.empty((n, o, ho, wo), dtype=x.dtype)
+        y = _out((n, o, ho, wo), x.dtype)
         exact = ho == m * th and wo == m * tw
         for i0 in range(0, n, nb):
             i1 = min(n, i0 + nb)
@@ -1411,7 +1489,8 @@ class ConvTranspose2dPlan:
             from kuiper_xp.errors import ShapeError
 
             raise ShapeError(f"transposed convolution output would be empty for input {x.shape}")
-        full = np.zeros((n, self.o, hf, wf), dtype=self.dtype)
+        full = _out((n, self.o, hf, wf), self.dtype)
+        full.fill(0)
         g = self.groups
         cols = _workspace((g, self.og * self.kh * self.kw, h * w), self.dtype)
         cols6 = cols.reshape(self.o, self.kh, self.kw, h, w)
@@ -1428,7 +1507,8 @@ class ConvTranspose2dPlan:
             _parallel(scatter, self.o, cols.size)
         y = full[:, :, ph: ph + ho, pw: pw + wo]
         if ph or pw:
-            y = np.ascontiguousarray(y)
+            y = _out(y.shape, self.dtype)
+            _copy_channels(y, full[:, :, ph: ph + ho, pw: pw + wo], axis=1)
         if self.bias is not None:
             y += self.bias.reshape(1, self.o, 1, 1)
         return y

@@ -401,3 +401,27 @@ def test_fusion_spec_names_the_fast_kernel(backend):
         layer = make_layer(backend, op_type, params)
         assert layer.fusion_spec() == (name if backend.fast is not None else None)
     assert make_layer(backend, "nn.Tanh").fusion_spec() is None
+
+
+def test_numpy_fast_clamp_fresh_layout_and_nan(monkeypatch):
+    """numpy_fast.clamp (ReLU/clamp layers): one-sided and two-sided, NaN kept, a permuted input
+    gives a result laid out alike, chunks split over 3 threads; against torch."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "UNARY_CHUNK", 7)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    x = np.random.default_rng(5).standard_normal((3, 5, 11)).astype(np.float32).transpose(2, 0, 1)
+    x[1, 2, 3] = np.nan
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            for lo, hi in ((0.0, None), (None, 0.5), (-0.25, 0.75)):
+                got = nf.clamp(x, lo, hi)
+                want = torch.clamp(torch.from_numpy(np.ascontiguousarray(x)), lo, hi).numpy()
+                np.testing.assert_array_equal(got, want)
+                assert got.strides == x.strides and not np.shares_memory(got, x)
+            assert nf.clamp(np.arange(4), 0, 2) is None  # ints: the generic path
+            np.testing.assert_array_equal(nf.clamp(x.astype(np.float64), 0.0, None),
+                                          torch.relu(torch.from_numpy(np.ascontiguousarray(x, np.float64))).numpy())
+    finally:
+        nf.set_num_threads(old)

@@ -96,3 +96,41 @@ def test_release_memory_frees_the_idle_buffers(monkeypatch):
     assert idle > 0 and g.release_memory() == idle and g._pool.idle_bytes == 0
     strict = kuiper_xp.load(DATA / "digits.pnnx.param", backend="array_api_strict")
     assert strict.release_memory() == 0
+
+
+def test_lent_buffers_come_back_only_once_every_view_is_gone(tiny_pool):
+    a = tiny_pool.empty((4, 5), np.float32)
+    view = a.T[1:]  # what the caller gets may be a view of a view
+    where = id(a.base)
+    tiny_pool.lend((view, np.ones(3), 7))  # not ours / not arrays: ignored
+    tiny_pool.lend((view,))  # twice: noted once
+    del a
+    tiny_pool.reclaim()
+    assert tiny_pool.idle_bytes == 0  # the view keeps it in use
+    del view
+    tiny_pool.reclaim()
+    assert tiny_pool.idle_bytes == 4096
+    assert id(tiny_pool.empty((20,), np.float32).base) == where
+
+
+def test_dropped_results_are_reused_and_kept_ones_never_overwritten(monkeypatch):
+    """Results handed to the caller: reused by a later call once dropped, never while held
+    (a held one stays bit-equal through later calls); clear() forgets lent ones."""
+    monkeypatch.setattr(nf.BufferPool, "MIN_BYTES", 0)
+    with (DATA / "digits_test.npz").open("rb") as fh, np.load(fh) as z:
+        images = z["images"]
+    g = kuiper_xp.load(DATA / "digits.pnnx.param", backend="numpy")
+    y1 = g(images[:64])[0]
+    keep, where = y1.copy(), id(y1.base)
+    y2 = g(images[64:128])[0]
+    assert id(y2.base) != where
+    np.testing.assert_array_equal(y1, keep)
+    del y1
+    y3 = g(images[:64])[0]  # y1's buffer was free again: reused
+    assert id(y3.base) == where
+    np.testing.assert_array_equal(y3, keep)
+    y4 = g(images[:64])[0]
+    np.testing.assert_array_equal(y3, keep)  # y3 held: untouched
+    np.testing.assert_array_equal(y4, keep)
+    g.release_memory()
+    assert g._pool._lent == []

@@ -47,6 +47,7 @@ class _Unary(Layer):
         fast = ctx.fast
         names = getattr(fast, "UNARY_ACTIVATIONS", ())
         self._fast_unary = getattr(fast, "unary", None) if self.fast_name in names else None
+        self._fast_clamp = getattr(fast, "clamp", None)  # float (lo, hi) -> fresh pooled array, or None
 
     def _fast(self, x: Any) -> Any:
         """The backend's fast kernel for this activation on a float32/float64 input, or None."""
@@ -97,6 +98,10 @@ class _Unary(Layer):
         return r * xp.astype(x >= -lim, x.dtype)
 
     def _relu(self, x: Any) -> Any:
+        if self._fast_clamp is not None:
+            y = self._fast_clamp(x, 0.0, None)
+            if y is not None:
+                return y
         return self.xp.maximum(x, self._const(0, x))
 
     def _min0(self, x: Any) -> Any:
@@ -192,7 +197,8 @@ class Clamp(_Unary):
             if xp.isdtype(x.dtype, "real floating"):
                 lo = None if lo is None else float(lo)
                 hi = None if hi is None else float(hi)
-            x = xp.clip(x, min=lo, max=hi)
+            y = self._fast_clamp(x, lo, hi) if self._fast_clamp is not None else None
+            x = xp.clip(x, min=lo, max=hi) if y is None else y
         if self.min_slot is not None:
             x = xp.maximum(x, xp.astype(bounds[self.min_slot - 1], x.dtype))
         if self.max_slot is not None:

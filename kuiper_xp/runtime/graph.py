@@ -420,9 +420,15 @@ class Graph:
         env: list[Any] = [None] * len(self._slots)
         for k, (s, x) in enumerate(zip(self._input_ids, inputs)):
             env[s] = self._convert_input(k, x)
-        with self.backend.compute_scope(self._pool):
+        pool = self._pool
+        with self.backend.compute_scope(pool):
+            if pool is not None:
+                pool.reclaim()  # buffers of earlier results the caller has dropped
             self._execute(env, profile)
-        return tuple(env[s] for s in self._output_ids)
+        outs = tuple(env[s] for s in self._output_ids)
+        if pool is not None:
+            pool.lend(outs)
+        return outs
 
     def _execute(self, env: list[Any], profile: bool) -> None:
         timings: list[tuple[str, str, float]] = []
