@@ -1106,8 +1106,11 @@ class Conv2dPlan:
                 _copy_channels(y[i0:i0 + b].reshape(b, g, og, ln),
                                res.reshape(g, og, b, ln).transpose(2, 0, 1, 3), axis=2)
             return y if activation is None else activation_inplace(y, activation)
-        if g == 1 and GEMM_ROWS_BYTES and _threads_now() > 1:
-            return self._run_gemm_rows(x, y, fill, ho, wo, activation)
+        threads = _threads_now()
+        if g == 1 and GEMM_ROWS_BYTES and threads > 1:
+            rows = max(1, min(ho, GEMM_ROWS_BYTES // max(1, (k + 1) * wo * item)))
+            if n * -(-ho // rows) >= 2 * threads:  # else too few blocks: split each GEMM instead
+                return self._run_gemm_rows(x, y, fill, ho, wo, rows, activation)
         rows = max(1, min(ho, GEMM_BLOCK_BYTES // max(1, (k + 1) * wo * item)))
         for r0 in range(0, ho, rows):
             nr = min(ho, r0 + rows) - r0
@@ -1122,16 +1125,16 @@ class Conv2dPlan:
                     _gemm(wmat, cols, out)
         return y if activation is None else activation_inplace(y, activation)
 
-    def _run_gemm_rows(self, x, y, fill, ho, wo, activation):
+    def _run_gemm_rows(self, x, y, fill, ho, wo, rows, activation):
         """Each thread takes whole blocks of output rows of one image (about GEMM_ROWS_BYTES of
         patches, so they stay in its cache): its own im2col, a one-thread GEMM into its own
         contiguous result, the fused activation there, one copy into the output. Measured against
         im2col and GEMM each split over the threads for YOLOv5n's 6x6 stride-2 stem (1x3x640x640,
-        16 outputs, SiLU): 7.7 against 9.4 ms on 2 cores."""
+        16 outputs, SiLU): 7.7 against 9.4 ms on 2 cores. Used when there are at least two blocks
+        per thread (a 7x7 map is one block: one thread would do all of its GEMM)."""
         n = x.shape[0]
         o, k = self.o, self.cg * self.kh * self.kw
         wm = self._pack_gemm()[0]
-        rows = max(1, min(ho, GEMM_ROWS_BYTES // max(1, (k + 1) * wo * self.dtype.itemsize)))
         nblk = -(-ho // rows)
         kernel = _KERNELS.get(activation) if isinstance(activation, str) else None
 
