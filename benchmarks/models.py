@@ -59,10 +59,89 @@ ALIASES = {
 }
 
 
-def resolve_model(name: str) -> ModelSpec:
-    """The zoo spec of a command-line model name (aliases such as ``vit_b32`` accepted)."""
+def resolve_model(name: str, input_shape: str | None = None) -> ModelSpec:
+    """The spec of a command-line model: a zoo name (aliases such as ``vit_b32`` accepted), or
+    ``path/to/file.py:factory`` (see :func:`user_model`; needs ``input_shape``)."""
+    path, sep, attr = name.strip().rpartition(":")
+    if sep and path.endswith(".py"):
+        return user_model(path, attr, input_shape)
+    if input_shape:
+        raise KeyError(f"--input-shape is for models from a file (path.py:factory), not the zoo's {name!r}")
     key = name.strip().lower()
     return get_spec(ALIASES.get(key, key))
+
+
+def parse_input_shape(text: str) -> list[tuple[int, ...]]:
+    """``"3,224,224"`` or ``"3,224,224;16"`` (one shape per input, without the batch axis)."""
+    shapes = []
+    for part in text.split(";"):
+        try:
+            dims = tuple(int(d) for d in part.replace("x", ",").split(",") if d.strip())
+        except ValueError:
+            dims = ()
+        if not dims or any(d <= 0 for d in dims):
+            raise KeyError(f"--input-shape {text!r}: expected positive integers per input, e.g. 3,224,224 "
+                           f"(the batch axis is added by --batches; several inputs separated by ';')")
+        shapes.append(dims)
+    return shapes
+
+
+def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
+    """A model of your own: ``attr`` of the Python file ``path`` (a class or a function) returns
+    an ``nn.Module``; it is built after ``torch.manual_seed(0)``, so every engine (and every
+    export) gets the same weights, and run in eval mode on seeded N(0, 1) inputs of
+    ``input_shape`` with the batch axis in front. The file is your own code and is imported as
+    such. Exports are cached under a name that carries a hash of the file and the shapes."""
+    import hashlib
+    import importlib.util
+
+    from zoo import INPUT_SEED, seeded_randn
+
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise KeyError(f"{path}:{attr}: no such file {file}")
+    if not attr.isidentifier():
+        raise KeyError(f"{path}:{attr}: {attr!r} is not a Python name (expected file.py:factory)")
+    if not input_shape:
+        raise KeyError(f"{path}:{attr}: a model from a file needs --input-shape (per-input shape "
+                       "without the batch axis, e.g. 3,224,224)")
+    import ast
+
+    names = set()
+    for node in ast.parse(file.read_text(), filename=str(file)).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if attr not in names:
+        raise KeyError(f"{path}:{attr}: {file.name} defines no top-level {attr!r} "
+                       f"(found: {', '.join(sorted(names)) or 'nothing'})")
+    shapes = parse_input_shape(input_shape)
+    digest = hashlib.sha256(file.read_bytes() + repr((attr, shapes)).encode()).hexdigest()[:10]
+    name = f"{re.sub(r'[^A-Za-z0-9_]+', '_', f'{file.stem}_{attr}').strip('_')}_{digest}"
+
+    def build():
+        import torch
+
+        mod_spec = importlib.util.spec_from_file_location(f"kuiper_bench_user_{digest}", file)
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+        factory = getattr(module, attr, None)
+        if factory is None:
+            raise KeyError(f"{file} defines no {attr!r}")
+        torch.manual_seed(0)
+        model = factory()
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"{file}:{attr}() returned {type(model).__name__}, expected a torch.nn.Module")
+        return model.eval()
+
+    def inputs(batch: int):
+        return tuple(seeded_randn(batch, *s, seed=INPUT_SEED + 1000 * i + batch) for i, s in enumerate(shapes))
+
+    return ModelSpec(name=name, build=build, inputs=inputs, dynamic_batch=4,
+                     description=f"{file}:{attr} with inputs {shapes}")
 
 
 def available_models() -> list[str]:

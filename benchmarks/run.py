@@ -58,7 +58,12 @@ def _csv(text: str) -> list[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python benchmarks/run.py", description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="resnet18,mobilenet_v2,yolov5n,vit_b_32",
-                    help="zoo model names, comma-separated (vit_b32 is accepted for vit_b_32)")
+                    help="zoo model names, comma-separated (vit_b32 is accepted for vit_b_32), or a "
+                         "model of your own as path/to/file.py:factory (a function or class in that "
+                         "file returning a torch nn.Module; needs --input-shape)")
+    ap.add_argument("--input-shape", default=None,
+                    help="per-input shape without the batch axis for file.py:factory models, e.g. "
+                         "3,224,224 (several inputs: 3,224,224;16)")
     ap.add_argument("--batches", default="1,8", help="batch sizes, comma-separated")
     ap.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
     ap.add_argument("--runs", type=int, default=None,
@@ -70,7 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--min-runs", type=int, default=3)
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"subset of {','.join(ENGINES)}")
     ap.add_argument("--backends", default=None,
-                    help="kuiper-xp backends (default: numpy, plus cupy where a CUDA device answers)")
+                    help="kuiper-xp backends (default: numpy, plus numpy+numba where numba is "
+                         "installed and cupy where a CUDA device answers)")
     mem = ap.add_mutually_exclusive_group()
     mem.add_argument("--memory", dest="memory", action="store_true", default=True,
                      help="peak RSS from a fresh subprocess per (engine, model, batch) (default on)")
@@ -317,7 +323,7 @@ def child_main(spec_json: str) -> int:
         import onnxruntime  # noqa: F401
     elif engine == "ncnn":
         import ncnn  # noqa: F401
-    spec = resolve_model(cfg["model"]) if engine == "torch" else None
+    spec = resolve_model(cfg["model"], cfg.get("input_shape")) if engine == "torch" else None
     base = maxrss_bytes()
     out: dict = {"baseline_rss": base}
     try:
@@ -339,7 +345,7 @@ def child_main(spec_json: str) -> int:
     return 0
 
 
-def measure_memory(spec, files, batch: int, entry: dict, args, tmpdir: Path, log) -> None:
+def measure_memory(spec, model_arg: str, files, batch: int, entry: dict, args, tmpdir: Path, log) -> None:
     import dataclasses
 
     import numpy as np
@@ -349,7 +355,8 @@ def measure_memory(spec, files, batch: int, entry: dict, args, tmpdir: Path, log
         inputs = tuple(t.numpy() for t in spec.inputs(batch))
         np.savez(npz, n=len(inputs), **{f"in{i}": x for i, x in enumerate(inputs)})
     fdict = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(files).items()}
-    cfg = {"engine": entry["engine"], "backend": entry.get("backend"), "model": spec.name,
+    cfg = {"engine": entry["engine"], "backend": entry.get("backend"), "model": model_arg,
+           "input_shape": args.input_shape,
            "threads": args.threads, "runs": 1, "inputs": str(npz), "files": fdict}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(cfg)]
     try:
@@ -538,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kuiper-bench-") as tmp:
         for name in args.models:
             try:
-                spec = resolve_model(name)
+                spec = resolve_model(name, args.input_shape)
             except KeyError as exc:
                 log(f"[{name}] ERROR {exc}")
                 result["cells"].append({"model": name, "batch": 0, "input_shapes": [], "ratios": {},
@@ -553,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.memory:
                     for e in cell["entries"]:
                         if not e.get("error"):
-                            measure_memory(spec, files, batch, e, args, Path(tmp), log)
+                            measure_memory(spec, name, files, batch, e, args, Path(tmp), log)
                 cell["ratios"] = ratios(cell)
                 result["cells"].append(cell)
                 for e in cell["entries"]:

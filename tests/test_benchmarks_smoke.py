@@ -79,3 +79,39 @@ def test_memory_mode_and_bad_names_do_not_crash(tmp_path):
         if not e.get("error"):
             assert e["peak_rss_mib"] > 10 and "memory_error" not in e, (label, e)
     assert "peak RSS" in md
+
+
+USER_MODEL = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x, scale):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3))) * scale
+'''
+
+
+def test_a_model_of_your_own_from_a_file(tmp_path):
+    """--models path.py:factory with --input-shape (two inputs): exported, timed on every engine
+    against its torch output, the memory child resolving the same file; missing shape or name
+    give one-line errors."""
+    (tmp_path / "mynet.py").write_text(USER_MODEL)
+    arg = f"{tmp_path / 'mynet.py'}:Net"
+    result, md, _ = _run(tmp_path, "--batches", "1,2", "--memory", "--models", arg, "--input-shape", "3,12,10;5")
+    cells = result["cells"]
+    assert [c["batch"] for c in cells] == [1, 2] and cells[0]["model"].startswith("mynet_Net_")
+    assert cells[1]["input_shapes"] == [[2, 3, 12, 10], [2, 5]]
+    for cell in cells:
+        by = _check_entries(cell)
+        assert not by["kuiper[numpy]"].get("error"), by["kuiper[numpy]"]
+        assert by["kuiper[numpy]"]["peak_rss_mib"] > 10
+    result, _, _ = _run(tmp_path / "again", "--batches", "1", "--no-memory", "--models",
+                        f"{arg},{tmp_path / 'mynet.py'}:Nope")
+    errors = [c["entries"][0].get("error", "") for c in result["cells"]]
+    assert "--input-shape" in errors[0] and "Nope" in errors[1]

@@ -398,6 +398,7 @@ def fast_mode(request, monkeypatch):
         monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
         monkeypatch.setattr(nf, "GEMM_BLOCK_BYTES", 4096)
         monkeypatch.setattr(nf, "GEMM_ROWS_BYTES", 4096)
+        monkeypatch.setattr(nf, "SHIFT_BLOCK_BYTES", 2048)
         monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
         monkeypatch.setattr(nf, "POOL_BLOCK_BYTES", 64)
         monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_COLUMNS", 4)
@@ -442,6 +443,10 @@ FAST = [
     (1, 4, 8, 9, 9, 5, 1, ((2, 2), (2, 2)), 2, 4, "depthwise"),
     (1, 4, 4, 9, 8, 4, 3, ((0, 0), (0, 0)), 1, 4, "depthwise"),
     (1, 300, 300, 3, 3, 3, 1, ((1, 1), (1, 1)), 1, 300, "depthwise"),
+    (2, 16, 8, 9, 7, 3, 1, ((1, 1), (1, 1)), 1, 1, "shift"),
+    (1, 12, 5, 11, 13, 3, 1, ((0, 2), (1, 0)), 2, 1, "shift"),  # dilation 2, uneven padding
+    (3, 9, 4, 8, 10, 4, 1, ((0, 0), (0, 0)), 1, 1, "shift"),  # even kernel, no padding
+    (1, 8, 8, 10, 9, 1, 1, ((1, 0), (0, 1)), 1, 1, "shift"),  # 1x1 with padding (any algo='shift')
     (2, 3, 8, 8, 12, 4, 4, ((0, 0), (0, 0)), 1, 1, "patch"),
     (3, 4, 5, 9, 10, 3, 3, ((0, 0), (0, 0)), 1, 1, "patch"),  # input not a multiple of the patch
     (1, 3, 6, 4, 4, 2, 2, ((0, 0), (0, 0)), 1, 1, "patch"),
@@ -571,6 +576,8 @@ def test_numpy_fast_conv_picks_the_expected_algorithm():
         plan = nf.conv2d_plan(rnd(cout, cin // g, k, k), None, stride=(s, s), groups=g, pads=pads, input_hw=hw)
         return plan.algo, plan.tile
     assert algo(64, 64, 1, pads=((0, 0), (0, 0)))[0] == "1x1"
+    assert algo(16, 64, 3)[0] == "shift" and algo(8, 16, 5)[0] == "shift"  # few outputs, stride 1
+    assert algo(16, 16, 3)[0] == "gemm" and algo(16, 64, 3, s=2)[0] == "gemm"
     assert algo(64, 64, 1, s=2, pads=((0, 0), (0, 0)))[0] == "1x1"
     assert algo(32, 32, 3, g=32)[0] == "depthwise"
     assert algo(64, 64, 3, s=2)[0] == "gemm"
