@@ -727,6 +727,12 @@ def _run_unary(name: str, src: np.ndarray, dst: np.ndarray) -> None:
     n = src.size
     dt = src.dtype
     step = UNARY_CHUNK
+    compiled = _numba.UNARY.get(name) if _numba is not None and dt == np.float32 else None
+    if compiled is not None:  # the optional numba kernel: one pass
+        def run(c0, c1):
+            compiled(src[c0 * step: c1 * step], dst[c0 * step: c1 * step])
+        _parallel(run, -(-n // step), n)
+        return
 
     def part(c0, c1):
         lo, hi = c0 * step, min(n, c1 * step)

@@ -60,13 +60,12 @@ ALIASES = {
 
 
 def resolve_model(name: str, input_shape: str | None = None) -> ModelSpec:
-    """The spec of a command-line model: a zoo name (aliases such as ``vit_b32`` accepted), or
-    ``path/to/file.py:factory`` (see :func:`user_model`; needs ``input_shape``)."""
+    """The spec of a command-line model: a zoo name (aliases such as ``vit_b32`` accepted; the
+    zoo's own inputs, ``input_shape`` is not used), or ``path/to/file.py:factory`` (see
+    :func:`user_model`; needs ``input_shape``)."""
     path, sep, attr = name.strip().rpartition(":")
     if sep and path.endswith(".py"):
         return user_model(path, attr, input_shape)
-    if input_shape:
-        raise KeyError(f"--input-shape is for models from a file (path.py:factory), not the zoo's {name!r}")
     key = name.strip().lower()
     return get_spec(ALIASES.get(key, key))
 

@@ -425,3 +425,32 @@ def test_numpy_fast_clamp_fresh_layout_and_nan(monkeypatch):
                                           torch.relu(torch.from_numpy(np.ascontiguousarray(x, np.float64))).numpy())
     finally:
         nf.set_num_threads(old)
+
+
+def test_numba_gelu_matches_numpy_path_and_torch(monkeypatch):
+    """The optional numba GELU (float32): bit-equal to the numpy path (same float32 constants and
+    order), within rounding of torch, NaN/inf as torch; in place and out of place, chunks over 3
+    threads; float64 stays on the numpy path."""
+    pytest.importorskip("numba")
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "UNARY_CHUNK", 1000)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    x = (np.random.default_rng(3).standard_normal(7919) * 4).astype(np.float32)
+    x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30]
+    want = F.gelu(torch.from_numpy(x)).numpy()
+    plain = nf.unary("gelu", x)
+    old_threads, old = nf.set_num_threads(3), nf.use_numba(True)
+    try:
+        with nf.compute_scope():
+            got = nf.unary("gelu", x)
+            inplace = x.copy()
+            assert nf.activation_inplace(inplace, "gelu") is inplace
+            x64 = nf.unary("gelu", x.astype(np.float64))
+    finally:
+        nf.use_numba(old)
+        nf.set_num_threads(old_threads)
+    np.testing.assert_array_equal(got, plain)
+    np.testing.assert_array_equal(inplace, plain)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)  # the numpy path's own bound
+    np.testing.assert_allclose(x64, F.gelu(torch.from_numpy(x.astype(np.float64))).numpy(), rtol=1e-12, atol=1e-15)
