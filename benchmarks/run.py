@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Side-by-side benchmark: kuiper-xp (each backend) against PyTorch eager, onnxruntime and ncnn.
 
-    python benchmarks/run.py                                  # 4 models x batch 1, 8; ~10 min on 2 cores
+    python benchmarks/run.py                                  # 4 models x batch 1, 8; ~3 min on 2 cores
     python benchmarks/run.py --quick                          # a smoke run: batch 1, 3 runs
     python benchmarks/run.py --models resnet18 --batches 1 --engines kuiper,torch --runs 30
 
