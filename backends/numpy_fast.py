@@ -64,6 +64,7 @@ __all__ = [
     "compute_scope",
     "BufferPool",
     "layer_norm",
+    "scale_shift",
     "use_numba",
     "numba_enabled",
 ]
@@ -1796,6 +1797,31 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
             if b is not None:
                 ys += b
     _parallel(part, -(-rows // step), x.size * 4)
+    return y
+
+
+def scale_shift(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarray | None:
+    """``x * scale + shift`` with one value per channel (axis 1) of a float32/float64 array: an
+    inference BatchNorm that could not be folded into a producer (pre-activation blocks: BN after
+    a concat). Output from the graph's pool, blocks of (image, channel) planes over the threads.
+    None when the arguments do not fit (the generic path then runs)."""
+    x = np.asarray(x)
+    if (x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.flags.c_contiguous
+            or not isinstance(scale, np.ndarray) or not isinstance(shift, np.ndarray)
+            or scale.dtype != x.dtype or shift.dtype != x.dtype or scale.shape != (x.shape[1],)
+            or shift.shape != (x.shape[1],) or x.size == 0):
+        return None
+    n, c = x.shape[:2]
+    src = x.reshape(n * c, -1)
+    y = _out(x.shape, x.dtype)
+    dst = y.reshape(n * c, -1)
+    rows_s = np.broadcast_to(scale, (n, c)).reshape(n * c, 1)
+    rows_b = np.broadcast_to(shift, (n, c)).reshape(n * c, 1)
+
+    def part(lo, hi):
+        np.multiply(src[lo:hi], rows_s[lo:hi], out=dst[lo:hi])
+        dst[lo:hi] += rows_b[lo:hi]
+    _parallel(part, n * c, x.size)
     return y
 
 

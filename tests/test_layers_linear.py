@@ -12,6 +12,7 @@ from test_layers_conv import op_graph, rnd, run_op, t
 from torch import nn
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.layers.linear import BatchNorm
 
 
 @pytest.mark.parametrize("shape", [(5, 6), (2, 3, 6), (2, 2, 3, 6), (6,)], ids=["2d", "3d", "4d", "1d"])
@@ -218,3 +219,32 @@ def test_linear_gelu_is_fused_by_the_runtime(tmp_path):
     with torch.no_grad():
         expected = m(x).numpy()
     assert_close(g(x.numpy())[0], expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_scale_shift_is_torch_batch_norm(monkeypatch, dtype):
+    """numpy_fast.scale_shift (an unfused inference BatchNorm): planes split over 3 threads,
+    NaN kept, 2-D and 5-D inputs; arguments it does not take give None (generic path)."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    rng = np.random.default_rng(4)
+    mean, var = rng.standard_normal(5).astype(dtype), rng.uniform(0.5, 1.5, 5).astype(dtype)
+    w, b = rng.uniform(0.5, 1.5, 5).astype(dtype), rng.standard_normal(5).astype(dtype)
+    scale, shift = BatchNorm.fold(mean, var, w, b, 1e-5, xp=np)
+    old = nf.set_num_threads(3)
+    try:
+        for shape in ((3, 5, 7, 6), (4, 5), (2, 5, 3, 2, 2)):
+            x = rng.standard_normal(shape).astype(dtype)
+            x.flat[3] = np.nan
+            want = F.batch_norm(torch.from_numpy(x), *map(torch.from_numpy, (mean, var, w, b)), eps=1e-5).numpy()
+            with nf.compute_scope():
+                got = nf.scale_shift(x, scale, shift)
+            np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+            assert np.isnan(got.flat[3])
+    finally:
+        nf.set_num_threads(old)
+    x = rng.standard_normal((3, 5, 4)).astype(dtype)
+    assert nf.scale_shift(x[:, :, ::2], scale, shift) is None  # not contiguous
+    assert nf.scale_shift(x, scale.astype(np.float16), shift) is None
+    assert nf.scale_shift(x[:, :4], scale, shift) is None  # channel mismatch: the layer reports it

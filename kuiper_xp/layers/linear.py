@@ -164,6 +164,11 @@ class BatchNorm(Layer):
         if x.ndim < 2 or x.shape[1] != c:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} has "
                              f"{x.shape[1] if x.ndim > 1 else '?'} channels, the statistics have {c}")
+        fast = getattr(self.backend.fast, "scale_shift", None)
+        if fast is not None:
+            y = fast(x, scale, shift)
+            if y is not None:
+                return y
         b = (1, c) + (1,) * (x.ndim - 2)
         return x * xp.reshape(scale, b) + xp.reshape(shift, b)
 
