@@ -257,3 +257,56 @@ def test_attention_export_matches_torch(attention_export, model_backend):
         assert t in text, f"pnnx no longer emits {t}"
     require_types(param)
     compare_graph(param, model_backend, module, inputs, rtol=1e-4)
+
+
+class EncoderStack(nn.Module):
+    """nn.TransformerEncoder in eval mode: torch traces its fused inference path, which pnnx keeps
+    as aten::_transformer_encoder_layer_fwd (post-norm ReLU layers, then a pre-norm GELU one)."""
+
+    def __init__(self):
+        super().__init__()
+        post = nn.TransformerEncoderLayer(16, 4, 40, dropout=0.0, batch_first=True, norm_first=False)
+        pre = nn.TransformerEncoderLayer(16, 2, 24, dropout=0.0, activation="gelu", batch_first=True,
+                                         norm_first=True, layer_norm_eps=1e-3)
+        self.post = nn.TransformerEncoder(post, 2, enable_nested_tensor=False)
+        self.pre = nn.TransformerEncoder(pre, 1, enable_nested_tensor=False)
+        g = torch.Generator().manual_seed(3)
+        with torch.no_grad():  # the stacked copies start equal and the norms at 1/0: make them differ
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.ndim > 1 else 0.5) + (1.0 if p.ndim == 1 and p.shape[0] == 16 else 0.0))
+
+    def forward(self, x):
+        return self.pre(self.post(x))
+
+
+@pytest.fixture(scope="session")
+def encoder_export(tmp_path_factory):
+    module = EncoderStack().eval()
+    x, x2 = torch.randn(2, 7, 16), torch.randn(3, 7, 16)
+    return export_module(module, (x,), tmp_path_factory.mktemp("encoder"), inputs2=(x2,)), module, x, x2
+
+
+def test_fused_transformer_encoder_layer_matches_torch(encoder_export, model_backend):
+    param, module, x, x2 = encoder_export
+    assert param.read_text().count("aten::_transformer_encoder_layer_fwd") == 3, "pnnx no longer emits the fused op"
+    compare_graph(param, model_backend, module, (x,), rtol=1e-4)
+    compare_graph(param, model_backend, module, (x2,), rtol=1e-4)  # the batch is dynamic
+
+
+def test_fused_transformer_encoder_layer_errors(encoder_export):
+    """A mask input (torch's fused path would use nested tensors) and a src that does not fit
+    embed_dim are clear errors naming the op."""
+    import kuiper_xp
+    from kuiper_xp.errors import ShapeError
+
+    param = encoder_export[0]
+    g = kuiper_xp.load(param, backend="numpy")
+    step = next(r for r in g.execution_order if r.type == "aten::_transformer_encoder_layer_fwd")
+    args = [np.zeros((2, 7, 16), np.float32), 16, 4] + [np.zeros(1, np.float32)] * 17
+    args[7:10] = [True, False, 1e-5]
+    args[18] = np.zeros((2, 7), bool)
+    with pytest.raises(ShapeError, match="mask input .* not supported"):
+        step.layer.forward(*args)
+    args[18], args[0] = None, np.zeros((2, 7, 12), np.float32)
+    with pytest.raises(ShapeError, match=r"\(2, 7, 12\) does not fit embed_dim=16"):
+        step.layer.forward(*args)

@@ -30,6 +30,10 @@ pnnx spellings (torch 2.13 exports):
   alpha=1 beta=1 $input $mat1 $mat2``, ``torch.baddbmm alpha=2.0 beta=0.5 $input $batch1
   $batch2``, ``torch.einsum equation=ik,kj->ij`` (operands unnamed).
 
+* ``aten::_transformer_encoder_layer_fwd pnnx_10 20 1 ...``: an ``nn.TransformerEncoderLayer``
+  traced in eval mode takes torch's fused path; pnnx keeps it with the weights as
+  ``pnnx.Attribute`` inputs and the numbers/flags as constant ``pnnx.Expression`` inputs.
+
 Masks follow torch: in MultiheadAttention a True (bool) entry is *excluded*; in
 scaled_dot_product_attention a True entry *takes part*; float masks are added to the scores.
 A row whose keys are all masked gives NaN, as torch's MultiheadAttention does.
@@ -612,3 +616,90 @@ class Embedding(Layer):
                              xp.ones((), dtype=rows.dtype, device=self.device))
             rows = rows * scale
         return xp.reshape(rows, tuple(idx.shape) + (weight.shape[1],))
+
+
+@register("aten::_transformer_encoder_layer_fwd")
+class TransformerEncoderLayerFwd(Layer):
+    """``nn.TransformerEncoderLayer`` as torch's fused inference path traces it (eval mode,
+    batch_first, no grad: pnnx keeps ``aten::_transformer_encoder_layer_fwd``). Its 20 inputs, in
+    the aten signature's order: src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+    proj_bias, use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2, norm_bias_2,
+    ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask, mask_type; the weights arrive as
+    ``pnnx.Attribute`` values, the numbers and flags as constant expressions.
+
+    Computed as torch does: self-attention (softmax(q k^T / sqrt(head_dim)) v, heads merged,
+    output projection), residual, LayerNorm, then linear -> GELU (exact) or ReLU -> linear,
+    residual, LayerNorm (the norms first when ``norm_first``). A mask input is refused with a
+    clear error: torch's fused path turns a key-padding mask into nested tensors, whose padded
+    positions this runtime does not reproduce."""
+
+    N_INPUTS = 20
+
+    def __init__(self, ctx: BuildContext, where: str):
+        super().__init__(ctx)
+        self.where = where
+        self._ctx = ctx
+        self._norms: dict[tuple[int, float], Any] = {}
+        from .activation import GELU, Clamp
+
+        self._gelu, self._relu = GELU(ctx, "none"), Clamp(ctx, 0, None)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != cls.N_INPUTS:
+            raise LayerParameterError(f"{op.where}: expected {cls.N_INPUTS} inputs (the aten signature), "
+                                      f"found {len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def _norm(self, x: Any, w: Any, b: Any, eps: float) -> Any:
+        key = (x.shape[-1], eps)
+        ln = self._norms.get(key)
+        if ln is None:  # eps arrives at run time; one LayerNorm layer per value, made once
+            from .norm import LayerNorm
+
+            ln = self._norms[key] = LayerNorm(self._ctx, None, 1, None, 2, self.where, (x.shape[-1],), eps)
+        return ln.forward(x, w, b)
+
+    def _linear(self, x: Any, w: Any, b: Any) -> Any:
+        xp = self.xp
+        lead = tuple(x.shape[:-1])
+        y = self.matmul(xp.reshape(x, (-1, x.shape[-1])), xp.matrix_transpose(w))
+        y += b
+        return xp.reshape(y, lead + (w.shape[0],))
+
+    def forward(self, *inputs: Any) -> Any:
+        from .misc import to_float, to_int
+
+        xp = self.xp
+        (src, e, h, qkv_w, qkv_b, proj_w, proj_b, use_gelu, norm_first, eps,
+         n1w, n1b, n2w, n2b, f1w, f1b, f2w, f2b, mask, _mask_type) = inputs
+        e, h, eps = to_int(e, "embed_dim"), to_int(h, "num_heads"), to_float(eps, "eps")
+        use_gelu, norm_first = bool(to_int(use_gelu, "use_gelu")), bool(to_int(norm_first, "norm_first"))
+        if mask is not None:
+            raise ShapeError(f"{self.where}: a mask input to the fused encoder layer is not supported "
+                             "(export without src_key_padding_mask/src_mask, or run the layer "
+                             "with grad enabled when tracing so that pnnx sees MultiheadAttention)")
+        if src.ndim != 3 or src.shape[-1] != e or e % h:
+            raise ShapeError(f"{self.where}: src of shape {tuple(src.shape)} does not fit embed_dim={e}, "
+                             f"num_heads={h} (expected (batch, seq, embed_dim), batch first)")
+        if tuple(qkv_w.shape) != (3 * e, e) or tuple(proj_w.shape) != (e, e):
+            raise ShapeError(f"{self.where}: qkv_weight {tuple(qkv_w.shape)} / proj_weight "
+                             f"{tuple(proj_w.shape)} do not fit embed_dim={e}")
+        n, length, d = src.shape[0], src.shape[1], e // h
+        x = self._norm(src, n1w, n1b, eps) if norm_first else src
+        qkv = self._linear(x, qkv_w, qkv_b)
+
+        def heads(t: Any) -> Any:
+            return xp.permute_dims(xp.reshape(t, (n, length, h, d)), (0, 2, 1, 3))
+
+        q, k, v = heads(qkv[..., :e]), heads(qkv[..., e:2 * e]), heads(qkv[..., 2 * e:])
+        out, _ = attend(xp, q, k, v, 1.0 / math.sqrt(d), None, self.matmul)
+        out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (n, length, e))
+        x = self._linear(out, proj_w, proj_b) + src
+        if not norm_first:
+            x = self._norm(x, n1w, n1b, eps)
+        y = self._norm(x, n2w, n2b, eps) if norm_first else x
+        y = self._linear(y, f1w, f1b)
+        y = self._gelu.forward(y) if use_gelu else self._relu.forward(y)
+        y = self._linear(y, f2w, f2b) + x
+        return y if norm_first else self._norm(y, n2w, n2b, eps)
