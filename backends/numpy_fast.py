@@ -98,8 +98,8 @@ DEPTHWISE_BLOCK_BYTES = 4 << 20
 #: (measured for MobileNetV2 at batch 8: 7x7x960 1.8 ms against 3.9 planar, 14x14x576 5.1 / 6.6,
 #: 28x28x192 even, 56x56x144 35 / 14)
 DEPTHWISE_NHWC_MAX_PIXELS = 256
-#: stride-1 convolutions with at most 1/SHIFT_MAX_OUT_RATIO as many outputs as input channels
-#: (and no Winograd) run "shift": one GEMM of all taps' weights stacked, ``(kh*kw*O, C)``, with
+#: stride-1 undilated convolutions with at most 1/SHIFT_MAX_OUT_RATIO as many outputs as input
+#: channels (and no Winograd) run "shift": one GEMM of all taps' weights stacked, ``(kh*kw*O, C)``, with
 #: the flattened padded input, then kh*kw shifted adds of the small ``(O, pixels)`` pieces: no
 #: im2col, whose ``9*C*pixels`` copy dominates when O is small (DenseNet-style 64 -> 16 3x3 at
 #: 48x48: 0.5 ms against 1.7 ms for im2col + GEMM, 2 threads)
@@ -860,8 +860,9 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
         (t, b), (l, r) = pads
         side = min(input_hw[0] + t + b - 2, input_hw[1] + l + r - 2)
         return "winograd", 4 if side >= WINOGRAD_F4_MIN_SIZE else 2
-    if (USE_SHIFT and groups == 1 and tuple(stride) == (1, 1) and kh * kw > 1
-            and o * SHIFT_MAX_OUT_RATIO <= cg and np.dtype(dtype).kind == "f"):
+    if (USE_SHIFT and groups == 1 and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
+            and kh * kw > 1 and o * SHIFT_MAX_OUT_RATIO <= cg and np.dtype(dtype).kind == "f"):
+        # (dilated: the GEMM would also run over the wide padding, ~2x the work at d=12 on 64x64)
         return "shift", 0
     return "gemm", 0
 
@@ -1113,7 +1114,8 @@ class Conv2dPlan:
         halo = (kh - 1) * dh
         extra = (kw - 1) * dw
         item = self.dtype.itemsize
-        rows = max(1, min(ho, SHIFT_BLOCK_BYTES // max(1, t_n * o * wp * item) - halo))
+        # the GEMM of a block also covers its halo rows: at least 3 useful rows per halo row
+        rows = max(1, min(ho, max(SHIFT_BLOCK_BYTES // max(1, t_n * o * wp * item) - halo, 3 * halo)))
         nblk = -(-ho // rows)
         offs = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
         bias = None if self.bias is None else self.bias.reshape(o, 1, 1)

@@ -445,6 +445,7 @@ FAST = [
     (1, 300, 300, 3, 3, 3, 1, ((1, 1), (1, 1)), 1, 300, "depthwise"),
     (2, 16, 8, 9, 7, 3, 1, ((1, 1), (1, 1)), 1, 1, "shift"),
     (1, 12, 5, 11, 13, 3, 1, ((0, 2), (1, 0)), 2, 1, "shift"),  # dilation 2, uneven padding
+    (2, 10, 4, 30, 12, 3, 1, ((5, 5), (5, 5)), 5, 1, "shift"),  # halo of 10 rows: blocks of 30
     (3, 9, 4, 8, 10, 4, 1, ((0, 0), (0, 0)), 1, 1, "shift"),  # even kernel, no padding
     (1, 8, 8, 10, 9, 1, 1, ((1, 0), (0, 1)), 1, 1, "shift"),  # 1x1 with padding (any algo='shift')
     (2, 3, 8, 8, 12, 4, 4, ((0, 0), (0, 0)), 1, 1, "patch"),
@@ -578,6 +579,8 @@ def test_numpy_fast_conv_picks_the_expected_algorithm():
     assert algo(64, 64, 1, pads=((0, 0), (0, 0)))[0] == "1x1"
     assert algo(16, 64, 3)[0] == "shift" and algo(8, 16, 5)[0] == "shift"  # few outputs, stride 1
     assert algo(16, 16, 3)[0] == "gemm" and algo(16, 64, 3, s=2)[0] == "gemm"
+    dilated = nf.conv2d_plan(rnd(8, 32, 3, 3), None, dilation=(6, 6), pads=((6, 6), (6, 6)))
+    assert dilated.algo == "gemm"  # shift would run its GEMM over the wide padding too
     assert algo(64, 64, 1, s=2, pads=((0, 0), (0, 0)))[0] == "1x1"
     assert algo(32, 32, 3, g=32)[0] == "depthwise"
     assert algo(64, 64, 3, s=2)[0] == "gemm"
