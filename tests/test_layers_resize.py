@@ -212,3 +212,36 @@ def test_resize_dynamic_size_export(model_backend, tmp_path_factory):
     require_types(param)
     compare_graph(param, model_backend, SizeFromSkip(), (x2, skip2))
     compare_graph(param, model_backend, SizeFromSkip(), (x, skip))
+
+
+@pytest.mark.parametrize("line, shape", [
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bilinear scale_factor=(2.0,1.5)", (2, 3, 7, 6)),
+    ("F.interpolate op 1 1 0 1 align_corners=True mode=bilinear size=(5,11)", (1, 4, 9, 4)),
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bicubic size=(8,8)", (2, 2, 5, 6)),
+    ("F.interpolate op 1 1 0 1 mode=nearest scale_factor=(3.0,2.0)", (1, 5, 4, 3)),
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=trilinear size=(3,6,5)", (1, 2, 4, 3, 2)),
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=linear size=(9)", (3, 2, 5)),
+])
+def test_numpy_fast_resize_is_the_generic_path_bit_for_bit(monkeypatch, line, shape):
+    """numpy_fast.resize_taps runs the generic steps in the same order (threaded over planes,
+    pooled output): equal bit for bit, NaN and inf included, float64 too (the numpy leg of the
+    tests above compares this path with torch)."""
+    from kuiper_xp.backends import get_backend
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    layer = make_layer(get_backend("numpy"), line)
+    for dtype in (np.float32, np.float64):
+        x = np.random.default_rng(7).standard_normal(shape).astype(dtype)
+        x.flat[2], x.flat[-1] = np.nan, np.inf
+        old = nf.set_num_threads(3)
+        try:
+            with nf.compute_scope():
+                fast = layer.forward(x)
+        finally:
+            nf.set_num_threads(old)
+        with monkeypatch.context() as m:
+            m.setattr(nf, "resize_taps", lambda *a: None)
+            generic = layer.forward(x)
+        np.testing.assert_array_equal(fast, generic)
+        assert fast.dtype == dtype and fast.flags.c_contiguous
