@@ -750,19 +750,46 @@ def _run_unary(name: str, src: np.ndarray, dst: np.ndarray) -> None:
     _parallel(part, -(-n // step), n)
 
 
-def unary(name: str, x: np.ndarray) -> np.ndarray:
-    """One of :data:`UNARY_ACTIVATIONS` of a float32/float64 array, as a fresh array laid out
-    like ``x`` (a permuted view gives a permuted result, as torch's elementwise ops do)."""
-    x = np.asarray(x)
-    if x.ndim == 0:
-        return unary(name, x.reshape(1)).reshape(())
+def _fresh_like(x: np.ndarray, fill) -> np.ndarray:
+    """A fresh pooled array laid out like ``x`` (a permuted view gives a permuted result, as
+    torch's elementwise ops do), written by ``fill(src_flat, dst_flat)`` in memory order."""
     perm, inv = _memory_order(x)
     xt = x.transpose(perm)
     if not xt.flags.c_contiguous:
         xt = np.ascontiguousarray(xt)
     out = _out(xt.shape, x.dtype)
-    _run_unary(name, xt.reshape(-1), out.reshape(-1))
+    fill(xt.reshape(-1), out.reshape(-1))
     return out.transpose(inv)
+
+
+def unary(name: str, x: np.ndarray) -> np.ndarray:
+    """One of :data:`UNARY_ACTIVATIONS` of a float32/float64 array, as a fresh array laid out
+    like ``x``."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return unary(name, x.reshape(1)).reshape(())
+    return _fresh_like(x, lambda src, dst: _run_unary(name, src, dst))
+
+
+def _clamp_into(a: np.ndarray, lo, hi, out: np.ndarray) -> None:
+    """``out = min(max(a, lo), hi)``, either bound None (NaN stays NaN)."""
+    if lo is None and hi is None:
+        np.copyto(out, a)
+    elif hi is None:
+        np.maximum(a, lo, out=out)
+    elif lo is None:
+        np.minimum(a, hi, out=out)
+    else:
+        np.clip(a, lo, hi, out=out)
+
+
+def _clamp_flat(src: np.ndarray, dst: np.ndarray, lo, hi) -> None:
+    """:func:`_clamp_into` over flat arrays (may be the same) in chunks split over the threads."""
+    step = UNARY_CHUNK
+
+    def part(c0, c1):
+        _clamp_into(src[c0 * step: c1 * step], lo, hi, dst[c0 * step: c1 * step])
+    _parallel(part, -(-src.size // step), src.size)
 
 
 def clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray | None:
@@ -773,27 +800,7 @@ def clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray | Non
     x = np.asarray(x)
     if x.dtype not in (np.float32, np.float64) or x.ndim == 0:
         return None
-    perm, inv = _memory_order(x)
-    xt = x.transpose(perm)
-    if not xt.flags.c_contiguous:
-        xt = np.ascontiguousarray(xt)
-    out = _out(xt.shape, x.dtype)
-    src, dst = xt.reshape(-1), out.reshape(-1)
-    step = UNARY_CHUNK
-
-    def part(c0, c1):
-        a, b = src[c0 * step: c1 * step], dst[c0 * step: c1 * step]
-        if hi is None:
-            np.maximum(a, lo, out=b)
-        elif lo is None:
-            np.minimum(a, hi, out=b)
-        else:
-            np.clip(a, lo, hi, out=b)
-    if lo is None and hi is None:
-        np.copyto(dst, src)
-    else:
-        _parallel(part, -(-src.size // step), src.size)
-    return out.transpose(inv)
+    return _fresh_like(x, lambda src, dst: _clamp_flat(src, dst, lo, hi))
 
 
 def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
@@ -813,23 +820,11 @@ def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
         lo, hi = spec[1], spec[2]
     else:
         return spec(y)
-    flat = y.reshape(-1) if y.flags.c_contiguous else None
-
-    def clamp(a):
-        if lo is None:
-            np.minimum(a, hi, out=a)
-        elif hi is None:
-            np.maximum(a, lo, out=a)
-        else:
-            np.clip(a, lo, hi, out=a)
-    if flat is None:
-        clamp(y)
-        return y
-    step = UNARY_CHUNK
-
-    def part(c0, c1):
-        clamp(flat[c0 * step: c1 * step])
-    _parallel(part, -(-flat.size // step), flat.size)
+    if y.flags.c_contiguous:
+        flat = y.reshape(-1)
+        _clamp_flat(flat, flat, lo, hi)
+    else:
+        _clamp_into(y, lo, hi, y)
     return y
 
 
