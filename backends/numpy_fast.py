@@ -35,6 +35,7 @@ in L2-sized chunks with chunk-sized temporaries, warning-free and NaN/Inf-exact 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -527,7 +528,12 @@ class BufferPool:
 
 
 def _out(shape, dtype) -> np.ndarray:
-    """A fresh output array: from the calling thread's graph pool inside a compute scope."""
+    """A fresh output array: the destination :func:`set_destination` named when it has this
+    shape and dtype (once), else from the calling thread's graph pool inside a compute scope."""
+    dest = getattr(_tls, "dest", None)
+    if dest is not None and dest.shape == tuple(shape) and dest.dtype == dtype:
+        _tls.dest = None
+        return dest
     pool = getattr(_tls, "pool", None)
     if pool is None:
         return np.empty(shape, dtype=dtype)
@@ -801,6 +807,29 @@ def clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray | Non
     if x.dtype not in (np.float32, np.float64) or x.ndim == 0:
         return None
     return _fresh_like(x, lambda src, dst: _clamp_flat(src, dst, lo, hi))
+
+
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply}
+
+
+def binary(name: str, a: Any, b: Any) -> np.ndarray | None:
+    """``add``/``sub``/``mul`` of two C-contiguous float arrays of one shape and dtype (a
+    residual connection) into a pooled output, split over the threads; None otherwise (the
+    expression evaluator then computes it). The pooled output is what lets the sum be written
+    straight into a concatenation (YOLO's C3 blocks) and not allocated afresh per call."""
+    if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.shape != b.shape
+            or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or a.ndim == 0
+            or not (a.flags.c_contiguous and b.flags.c_contiguous)):
+        return None
+    ufunc = _BINARY[name]
+    out = _out(a.shape, a.dtype)
+    fa, fb, fo = a.reshape(-1), b.reshape(-1), out.reshape(-1)
+    step = UNARY_CHUNK
+
+    def part(c0, c1):
+        ufunc(fa[c0 * step: c1 * step], fb[c0 * step: c1 * step], out=fo[c0 * step: c1 * step])
+    _parallel(part, -(-a.size // step), a.size)
+    return out
 
 
 def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
@@ -1716,6 +1745,81 @@ def matmul(a, b):
 
 
 # -- concatenation ---------------------------------------------------------------------------------
+def set_destination(a: np.ndarray | None) -> None:
+    """Name the array the next output of ``a``'s shape and dtype that this thread asks for
+    (through ``_out``) is to be: the runtime passes a slice of a concatenation's buffer to the
+    layer producing that piece, so the piece is computed in place and never copied. None forgets
+    it. The layer may still return another array; :func:`concat_into` then copies that one."""
+    _tls.dest = a
+
+
+def concat_buffer(axis: int, dtype, shapes) -> np.ndarray | None:
+    """The pooled output of concatenating arrays of ``shapes`` along ``axis``, when each piece of
+    it is C-contiguous (every dim before ``axis`` is 1, as at batch 1 along channels), so a
+    layer can write a piece as its own output; None otherwise."""
+    first = shapes[0]
+    if math.prod(first[:axis]) != 1:
+        return None
+    shape = list(first)
+    shape[axis] = sum(s[axis] for s in shapes)
+    pool = getattr(_tls, "pool", None)
+    return np.empty(shape, dtype) if pool is None else pool.empty(shape, dtype)
+
+
+def concat_piece(buf: np.ndarray, axis: int, shapes, k: int) -> np.ndarray:
+    """Piece ``k`` of a :func:`concat_buffer`."""
+    off = sum(s[axis] for s in shapes[:k])
+    return buf[(slice(None),) * axis + (slice(off, off + shapes[k][axis]),)]
+
+
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same elements in the same places (strides of length-1
+    dims do not matter)."""
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and (a.strides == b.strides or (a.flags.c_contiguous and b.flags.c_contiguous))
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
+def concat_into(buf: np.ndarray, xs, axis: int) -> np.ndarray | None:
+    """Finish a :func:`concat_buffer`: copy in the pieces not already computed in their place.
+    None (nothing written) when the pieces do not match the buffer (the caller then
+    concatenates as usual)."""
+    if len(xs) == 0 or not 0 <= axis < buf.ndim:
+        return None
+    off, pieces = 0, []
+    for a in xs:
+        if (not isinstance(a, np.ndarray) or a.dtype != buf.dtype or a.ndim != buf.ndim
+                or any(a.shape[d] != buf.shape[d] for d in range(a.ndim) if d != axis)):
+            return None
+        m = a.shape[axis]
+        dst = buf[(slice(None),) * axis + (slice(off, off + m),)]
+        off += m
+        if m and not _same_view(a, dst):
+            pieces.append((dst, a))
+    if off != buf.shape[axis]:
+        return None
+    # a piece overlapping the buffer elsewhere (a view of another piece) is copied out first
+    pieces = [(d, a.copy() if np.may_share_memory(a, buf) else a) for d, a in pieces]
+    _fill_pieces(buf, pieces, axis)
+    return buf
+
+
+def _fill_pieces(out: np.ndarray, pieces, axis: int) -> None:
+    nd, shape = out.ndim, out.shape
+    k = _threads_now()
+    split = next((d for d in range(nd) if d != axis and shape[d] >= 2 * k), None)
+    if split is None:
+        for dst, a in pieces:
+            _copy_channels(dst, a, axis=axis)
+        return
+
+    def part(lo, hi):
+        key = (slice(None),) * split + (slice(lo, hi),)
+        for dst, a in pieces:
+            np.copyto(dst[key], a[key])
+    _parallel(part, shape[split], out.size)
+
+
 def concat(xs, axis: int):
     """``np.concatenate(xs, axis)`` for same-dtype, same-rank arrays whose other dims agree (None
     otherwise: the caller's generic path then reports the mismatch), split over the threads along
@@ -1732,24 +1836,13 @@ def concat(xs, axis: int):
     shape = list(first.shape)
     shape[axis] = sum(a.shape[axis] for a in xs)
     out = _out(shape, dt)
-    k = _threads_now()
-    split = next((d for d in range(nd) if d != axis and shape[d] >= 2 * k), None)
     pieces, off = [], 0
     for a in xs:
         m = a.shape[axis]
         if m:
             pieces.append((out[(slice(None),) * axis + (slice(off, off + m),)], a))
         off += m
-    if split is None:
-        for dst, a in pieces:
-            _copy_channels(dst, a, axis=axis)
-        return out
-
-    def part(lo, hi):
-        key = (slice(None),) * split + (slice(lo, hi),)
-        for dst, a in pieces:
-            np.copyto(dst[key], a[key])
-    _parallel(part, shape[split], out.size)
+    _fill_pieces(out, pieces, axis)
     return out
 
 
@@ -1842,8 +1935,10 @@ def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
         axis = 1 + k
         shape = list(cur.shape)
         shape[axis] = int(taps[0][0].shape[0])
-        out = _out(tuple(shape), x.dtype) if j == len(active) - 1 else \
-            _workspace(tuple(shape), x.dtype, slot=30 + j % 2)
+        if j == len(active) - 1:  # asked for in the output's own shape (a concat's piece fits)
+            out = _view(_out((n, c) + tuple(shape[1:]), x.dtype), tuple(shape))
+        else:
+            out = _workspace(tuple(shape), x.dtype, slot=30 + j % 2)
         bshape = (-1,) + (1,) * (len(shape) - 1 - axis)
 
         def part(lo, hi, src=cur, dst=out, taps=taps, axis=axis, bshape=bshape):

@@ -304,11 +304,29 @@ class Cat(ShapeLayer):
         super().__init__(ctx)
         self.dim, self.dtype = dim, dtype
         self._fast = getattr(ctx.fast, "concat", None)
+        self._into = getattr(ctx.fast, "concat_into", None)
 
     @classmethod
     def from_operator(cls, op, ctx):
         key = "axis" if op.has_param("axis") and not op.has_param("dim") else "dim"
         return cls(ctx, op.param(key, int, 0), out_dtype(op))
+
+    def piece_plan(self, xs: tuple) -> tuple | None:
+        """``(axis, dtype, shapes)`` of this call's inputs, from which the runtime lays out the
+        output before the next call with the same graph inputs, so that the layers producing
+        the pieces write them in place (see ``Graph``); None when the backend cannot."""
+        if self._into is None or len(xs) < 2 or len({dtype_name(a.dtype) for a in xs}) > 1:
+            return None
+        nd = xs[0].ndim
+        if nd == 0 or any(a.ndim != nd for a in xs):
+            return None
+        return norm_dim(self.dim, nd, self.who), xs[0].dtype, tuple(tuple(a.shape) for a in xs)
+
+    def forward_into(self, buf: Any, axis: int, *xs: Any) -> Any:
+        """The concatenation into ``buf`` laid out from :meth:`piece_plan` (pieces already in
+        place are not copied); the plain forward when the inputs do not fit it."""
+        out = self._into(buf, xs, axis) if self._into is not None else None
+        return self.forward(*xs) if out is None else out
 
     def forward(self, *xs: Any) -> Any:
         xp = self.xp
@@ -333,6 +351,9 @@ class Cat(ShapeLayer):
 @register("torch.stack")
 class Stack(Cat):
     """Stack inputs along a new dim ``dim``."""
+
+    def piece_plan(self, xs: tuple) -> tuple | None:
+        return None
 
     def forward(self, *xs: Any) -> Any:
         xp = self.xp

@@ -74,7 +74,7 @@ class TensorSpec:
 class RuntimeOperator:
     """An operator in the runtime graph: the IR operator, its layer and its successors."""
 
-    __slots__ = ("op", "layer", "successors", "in_ids", "out_ids", "release")
+    __slots__ = ("op", "layer", "successors", "in_ids", "out_ids", "release", "piece_of", "joins")
 
     def __init__(self, op: Operator):
         self.op = op
@@ -83,6 +83,8 @@ class RuntimeOperator:
         self.in_ids: tuple[int, ...] = ()
         self.out_ids: tuple[int, ...] = ()
         self.release: tuple[int, ...] = ()  # operand slots freed after this op runs
+        self.piece_of: tuple[int, int] | None = None  # (concat step, input position) it feeds
+        self.joins = False  # a concatenation whose pieces may be computed in place
 
     @property
     def name(self) -> str:
@@ -139,6 +141,9 @@ class Graph:
         self._steps: list[RuntimeOperator] = []
         self._check_shapes: list[list[tuple[Operand, int]]] = []
         self._dynamic = False
+        #: graph input shapes/dtypes -> {concat step: (axis, dtype, piece shapes)} seen there
+        self._pieces: dict[tuple, dict[int, tuple]] = {}
+        self._joins = False
         #: reusable output buffers (numpy backend): values the plan drops are handed back
         self._pool = self.backend.buffer_pool()
 
@@ -268,10 +273,39 @@ class Graph:
                 name = next(n for n, v in slots.items() if v == s)
                 raise GraphError(f"{model.path}: graph output {name!r} is never produced")
         self._steps = steps
+        self._plan_pieces(steps)
         self._check_shapes = [
             [(o, k) for k, o in enumerate(outputs_of[id(r)]) if o.shape is not None or o.dtype is not None]
             for r in steps
         ]
+
+    def _plan_pieces(self, steps: list[RuntimeOperator]) -> None:
+        """Concatenation without copies (backends with an output pool and
+        ``fast.set_destination``): each input of a concatenation made by an earlier step (its
+        only output, used once in the concatenation) is marked, so that from the second call
+        with the same input shapes the runtime lays out the concatenation's output before its
+        first piece is made and hands each producing layer its slice as the place for its
+        output. A layer that puts its result elsewhere is copied in as before (checked per
+        piece, per call)."""
+        self._pieces.clear()
+        fast = self.backend.fast
+        self._joins = False
+        if self._pool is None or getattr(fast, "set_destination", None) is None:
+            return
+        made_by: dict[int, int] = {}
+        for i, r in enumerate(steps):
+            r.piece_of, r.joins = None, False
+            for s in r.out_ids:
+                made_by[s] = i
+        for j, r in enumerate(steps):
+            if getattr(r.layer, "piece_plan", None) is None or len(r.in_ids) < 2 or len(r.out_ids) != 1:
+                continue
+            r.joins = self._joins = True
+            for k, s in enumerate(r.in_ids):
+                i = made_by.get(s)
+                if (i is not None and len(steps[i].out_ids) == 1 and steps[i].piece_of is None
+                        and r.in_ids.count(s) == 1):
+                    steps[i].piece_of = (j, k)
 
     def _fuse_activations(self, compute: list[RuntimeOperator], outputs_of: dict[int, list[Operand]],
                           graph_outputs: list[Operand]) -> list[RuntimeOperator]:
@@ -434,11 +468,36 @@ class Graph:
         timings: list[tuple[str, str, float]] = []
         sync = self.backend.synchronize
         give = None if self._pool is None else self._pool.give
-        for r, checks in zip(self._steps, self._check_shapes):
+        plans: dict[int, tuple] | None = None
+        if self._joins:
+            sig = tuple((tuple(env[s].shape), str(env[s].dtype)) for s in self._input_ids)
+            plans = self._pieces.get(sig)
+            if plans is None:
+                if len(self._pieces) >= 16:
+                    self._pieces.clear()
+                plans = self._pieces[sig] = {}
+            fast = self.backend.fast
+            joined: dict[int, Any] = {}  # concat step -> its laid-out output (None: cannot)
+        for i, (r, checks) in enumerate(zip(self._steps, self._check_shapes)):
             args = [env[s] for s in r.in_ids]
             t0 = time.perf_counter() if profile else 0.0
+            dest = into = None
+            if plans is not None:
+                if r.piece_of is not None and r.piece_of[0] in plans:
+                    j, k = r.piece_of
+                    axis, dt, shapes = plans[j]
+                    if j not in joined:
+                        joined[j] = fast.concat_buffer(axis, dt, shapes)
+                    if joined[j] is not None:
+                        dest = fast.concat_piece(joined[j], axis, shapes, k)
+                        fast.set_destination(dest)
+                elif r.joins:
+                    into = joined.pop(i, None)
             try:
-                out = r.layer.forward(*args)  # type: ignore[union-attr]
+                if into is not None:
+                    out = r.layer.forward_into(into, plans[i][0], *args)  # type: ignore[union-attr,index]
+                else:
+                    out = r.layer.forward(*args)  # type: ignore[union-attr]
             except KuiperXPError as exc:
                 _note(exc, r)
                 raise
@@ -446,6 +505,15 @@ class Graph:
                 raise LayerRuntimeError(
                     f"{r.op.where} failed on inputs {[_describe(a) for a in args]}: "
                     f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                if dest is not None:
+                    fast.set_destination(None)
+                    dest = None
+            if plans is not None and r.joins and i not in plans:
+                plan = r.layer.piece_plan(args)  # type: ignore[union-attr]
+                if plan is not None:
+                    plans[i] = plan
+            into = None
             if profile:
                 sync()
                 timings.append((r.name, r.type, time.perf_counter() - t0))

@@ -1,0 +1,160 @@
+"""Concatenation without copies (numpy backend): from the second call with the same input shapes
+the runtime lays out each torch.cat's output first and hands the layers producing its pieces
+their slices as output places (``numpy_fast.set_destination``). These tests check the results
+against torch on every call, that the pieces really are made in place, and the edges: a piece
+that is a view of the buffer, a change of batch, results the caller still holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+from kuiper_xp.backends import numpy_fast as nf
+from test_layers_misc import export_module, t2n
+from torch import nn
+
+import kuiper_xp
+
+
+class CatNet(nn.Module):
+    """Pieces from a fused conv+ReLU, a residual add (which a later conv also reads), a nearest
+    upsample, a max-pool, a permuted view (copied: not the layer's own output) and a sigmoid."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 3, padding=1)
+        self.b = nn.Conv2d(3, 6, 1)
+        self.c = nn.Conv2d(8, 8, 3, padding=1)
+        self.d = nn.Conv2d(36, 4, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.a(x))
+        b = self.b(x)
+        r = a + self.c(a)
+        u = F.interpolate(F.max_pool2d(b, 2), scale_factor=2.0, mode="nearest")
+        p = F.max_pool2d(r, 3, 1, 1)
+        t = b.permute(0, 1, 3, 2)
+        y = torch.cat([r, u, p, t, torch.sigmoid(a)], 1)
+        z = torch.cat([self.d(y), y[:, :5]], 1)
+        return y, z
+
+
+@pytest.fixture(scope="module")
+def catnet(tmp_path_factory):
+    torch.manual_seed(0)
+    module = CatNet().eval()
+    x, x2 = torch.randn(1, 3, 16, 16), torch.randn(2, 3, 16, 16)
+    return export_module(module, (x,), tmp_path_factory.mktemp("catnet"), inputs2=(x2,)), module
+
+
+def _torch(module, x):
+    with torch.no_grad():
+        return [t2n(t) for t in module(torch.from_numpy(x))]
+
+
+def test_pieces_are_made_in_place_and_results_match_torch(catnet, monkeypatch):
+    param, module = catnet
+    copied = []
+    real = nf.concat_into
+
+    def spy(buf, xs, axis):
+        off = 0
+        for a in xs:
+            m = a.shape[axis]
+            dst = buf[(slice(None),) * axis + (slice(off, off + m),)]
+            off += m
+            copied.append(not nf._same_view(a, dst))
+        return real(buf, xs, axis)
+
+    monkeypatch.setattr(nf, "concat_into", spy)
+    g = kuiper_xp.load(param, backend="numpy")
+    for layer in g.layers:
+        if getattr(layer, "_into", None) is not None:
+            layer._into = spy
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(3)]
+    held = []
+    for k, x in enumerate(xs):
+        copied.clear()
+        got = g(x)
+        for a, e, what in zip(got, _torch(module, x), ("y", "z")):
+            assert_close(a, e, rtol=1e-5, what=f"call {k}: {what}")
+        if k == 0:
+            assert copied == []  # the first call only learns the shapes
+        else:
+            # y: r, u, p, sigmoid(a) in place, the permuted view copied; z: d(y) in place, the
+            # slice of y copied
+            assert copied == [False, False, False, True, False, False, True], copied
+        held.append((x, got))
+    for k, (x, got) in enumerate(held):  # results the caller kept were never overwritten
+        for a, e in zip(got, _torch(module, x)):
+            assert_close(a, e, rtol=1e-5, what=f"kept result of call {k}")
+
+
+def test_batch_changes_and_back(catnet):
+    """Batch 2 (pieces not contiguous: concatenated by copying), then batch 1 again."""
+    param, module = catnet
+    g = kuiper_xp.load(param, backend="numpy")
+    rng = np.random.default_rng(2)
+    for n in (1, 1, 2, 2, 1, 2, 1):
+        x = rng.standard_normal((n, 3, 16, 16)).astype(np.float32)
+        for a, e, what in zip(g(x), _torch(module, x), ("y", "z")):
+            assert_close(a, e, rtol=1e-5, what=f"batch {n}: {what}")
+
+
+def test_concat_into_edges():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((1, 2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((1, 3, 3, 4)).astype(np.float32)
+    shapes = (a.shape, b.shape)
+    buf = nf.concat_buffer(1, np.float32, shapes)
+    assert buf.shape == (1, 5, 3, 4)
+    piece = nf.concat_piece(buf, 1, shapes, 1)
+    piece[...] = b  # b computed in place
+    out = nf.concat_into(buf, (a, piece), 1)
+    assert out is buf
+    np.testing.assert_array_equal(out, np.concatenate([a, b], 1))
+    # a piece that is a view of another part of the buffer is copied out before the buffer is written
+    buf2 = nf.concat_buffer(1, np.float32, ((1, 3, 3, 4), (1, 2, 3, 4)))
+    buf2[:, :3] = b
+    buf2[:, 3:] = 0
+    out = nf.concat_into(buf2, (b, buf2[:, 1:3]), 1)
+    np.testing.assert_array_equal(out, np.concatenate([b, b[:, 1:3]], 1))
+    # pieces that do not fit: nothing written, the caller concatenates as usual
+    buf3 = nf.concat_buffer(1, np.float32, shapes)
+    buf3[...] = 7
+    assert nf.concat_into(buf3, (a, a), 1) is None
+    assert nf.concat_into(buf3, (a, b.astype(np.float64)), 1) is None
+    assert nf.concat_into(buf3, (a, b[:, :, :2]), 1) is None
+    assert (buf3 == 7).all()
+    # pieces that would not be contiguous: no buffer
+    assert nf.concat_buffer(1, np.float32, ((2, 2, 3), (2, 3, 3))) is None
+    assert nf.concat_buffer(2, np.float32, ((1, 2, 3), (1, 2, 3))) is None
+
+
+def test_destination_is_taken_once_and_only_for_its_shape():
+    dest = np.empty((2, 3), np.float32)
+    nf.set_destination(dest)
+    try:
+        assert nf._out((3, 2), np.float32) is not dest
+        assert nf._out((2, 3), np.float64) is not dest
+        assert nf._out((2, 3), np.float32) is dest
+        assert nf._out((2, 3), np.float32) is not dest
+    finally:
+        nf.set_destination(None)
+
+
+@pytest.mark.parametrize("name,ref", [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)])
+def test_binary_fast_path(name, ref):
+    rng = np.random.default_rng(4)
+    for shape in [(1, 7, 33, 65), (300001,)]:  # one chunk; several chunks over the threads
+        a = rng.standard_normal(shape).astype(np.float32)
+        b = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(nf.binary(name, a, b), ref(a, b))
+    a = rng.standard_normal((4, 5)).astype(np.float32)
+    assert nf.binary(name, a, a[:1]) is None  # broadcasting: the evaluator's job
+    assert nf.binary(name, a, a.astype(np.float64)) is None
+    assert nf.binary(name, a, a.T.copy().T) is None  # not C-contiguous
+    assert nf.binary(name, a.astype(np.int64), a.astype(np.int64)) is None
