@@ -1744,6 +1744,104 @@ def matmul(a, b):
     return _gemm(a3, b3, out).reshape(lead + (m, n))
 
 
+def attention(q, k, v, scale: float, mask=None):
+    """``softmax(q k^T * scale + mask) v`` over the last two axes of float ``q`` (..., L, D),
+    ``k`` (..., S, D), ``v`` (..., S, Dv) (equal leading dims, any strides: the per-head views
+    of a fused QKV projection need no copies), ``mask`` None or a float array broadcastable to
+    (..., L, S). Threads take whole stacks of heads; each computes its scores into a workspace,
+    the softmax there while in cache, and the product straight into the output, which is laid
+    out (..., L, heads, Dv) and returned as the (..., heads, L, Dv) view: merging the heads
+    afterwards is then free. ViT-B/32 at batch 8: 1.1 against 2.8 ms per layer for the generic
+    steps (stacked products on copied heads, a softmax over the whole score tensor, a copy to
+    merge the heads). None when the shapes or dtypes do not fit (the caller's generic path)."""
+    if not all(type(a) is np.ndarray for a in (q, k, v)):
+        return None
+    dt = q.dtype
+    if (dt not in (np.float32, np.float64) or k.dtype != dt or v.dtype != dt or q.ndim < 3
+            or k.ndim != q.ndim or v.ndim != q.ndim or q.shape[:-2] != k.shape[:-2]
+            or k.shape[:-2] != v.shape[:-2] or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]
+            or q.size == 0 or k.shape[-2] == 0):
+        return None
+    lead = q.shape[:-2]
+    L, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    if mask is not None:
+        if type(mask) is not np.ndarray or mask.dtype != dt or mask.ndim > q.ndim:
+            return None
+        try:
+            mask = np.broadcast_to(mask, lead + (L, S))
+        except ValueError:
+            return None
+    outer, H = lead[:-1], lead[-1]
+    buf = _out(outer + (L, H, Dv), dt)
+    out = np.swapaxes(buf, -3, -2)
+    items = list(np.ndindex(*outer)) if outer else [()]
+    per_head = L * S * dt.itemsize
+    hb = max(1, min(H, ATTENTION_BLOCK_BYTES // per_head))
+    threads = _threads_now()
+    work = len(items) * H * L * S * 4  # elements touched, roughly (products, softmax steps)
+    if len(items) * -(-H // hb) < threads and work >= PARALLEL_MIN_ELEMENTS:
+        hb = max(1, -(-H // threads))
+    units = [(it, h0, min(H, h0 + hb)) for it in items for h0 in range(0, H, hb)]
+    ones = np.ones((S, 1), dt)
+    D = k.shape[-1]
+
+    def group(gu):
+        """One block of units: their scores side by side in one workspace, so each softmax
+        step is one ufunc call over all of them (calls on ~30 Ki elements do not run
+        concurrently on two threads here; 128 Ki ones do)."""
+        rows = sum(h1 - h0 for _, h0, h1 in gu) * L
+        sc_all = _workspace((rows, S), dt, slot=50)
+        views, r = [], 0
+        for it, h0, h1 in gu:
+            nh = h1 - h0
+            sc = _view(sc_all[r: r + nh * L], (nh, L, S))
+            r += nh * L
+            kt = _workspace((nh, D, S), dt, slot=51)
+            np.copyto(kt, np.swapaxes(k[it][h0:h1], -1, -2))  # N-N products: ~1.7x faster in BLAS
+            np.matmul(q[it][h0:h1], kt, out=sc)
+            if mask is not None:
+                sc *= scale
+                sc += mask[it][h0:h1]
+            views.append(sc)
+        if mask is None:
+            sc_all *= scale
+        # the shift by each row's max only guards exp against overflow (and a row against
+        # underflowing whole): scores within +-SOFTMAX_NO_SHIFT need none, and two whole-block
+        # reductions are ~7x cheaper than a max per (short) row
+        hi_, lo_ = sc_all.max(), sc_all.min()
+        if not (-SOFTMAX_NO_SHIFT < lo_ and hi_ < SOFTMAX_NO_SHIFT):  # NaN fails this too
+            sc_all -= np.max(sc_all, axis=-1, keepdims=True)
+        np.exp(sc_all, out=sc_all)
+        tot = _workspace((rows, 1), dt, slot=52)
+        np.matmul(sc_all, ones, out=tot)  # row sums as a product: 3x faster on short rows
+        sc_all /= tot
+        for (it, h0, h1), sc in zip(gu, views):
+            np.matmul(sc, v[it][h0:h1], out=out[it][h0:h1])
+
+    def part(lo, hi):
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            gu, size = [], 0
+            for u in units[lo:hi]:
+                b = (u[2] - u[1]) * per_head
+                if gu and size + b > ATTENTION_BLOCK_BYTES:
+                    group(gu)
+                    gu, size = [], 0
+                gu.append(u)
+                size += b
+            if gu:
+                group(gu)
+    _parallel(part, len(units), work)  # ViT-B/32 at batch 1 (120 Ki): faster on one thread
+    return out
+
+
+#: :func:`attention` works on blocks of heads whose scores take about this many bytes
+ATTENTION_BLOCK_BYTES = 1 << 20
+#: :func:`attention` skips the per-row max shift when every score lies within +-this: exp stays
+#: under 5.6e34 (rows of up to 6e3 keys cannot overflow the sum) and over 1.8e-35 (no row
+#: underflows whole)
+SOFTMAX_NO_SHIFT = 80.0
+
+
 # -- concatenation ---------------------------------------------------------------------------------
 def set_destination(a: np.ndarray | None) -> None:
     """Name the array the next output of ``a``'s shape and dtype that this thread asks for

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import assert_close
 from test_layers_misc import (
     compare_graph,
     export_module,
@@ -310,3 +311,78 @@ def test_fused_transformer_encoder_layer_errors(encoder_export):
     args[18], args[0] = None, np.zeros((2, 7, 12), np.float32)
     with pytest.raises(ShapeError, match=r"\(2, 7, 12\) does not fit embed_dim=16"):
         step.layer.forward(*args)
+
+
+def _sdpa_ref(q, k, v, scale, mask=None):
+    t = [torch.from_numpy(np.ascontiguousarray(a)) for a in (q, k, v)]
+    m = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask))
+    return F.scaled_dot_product_attention(*t, attn_mask=m, scale=scale).numpy()
+
+
+@pytest.mark.parametrize("case", ["vit_b8", "one_item_split_heads", "3d", "5d", "mask_keys", "mask_full",
+                                  "big_scores", "all_masked_row", "float64", "cross_lengths"])
+def test_numpy_fast_attention(case, monkeypatch):
+    """numpy_fast.attention (the fused per-block path of MultiheadAttention/SDPA) against torch's
+    scaled_dot_product_attention: strided per-head views of one fused QKV tensor, heads split over
+    3 threads when there are fewer items than threads, several blocks per thread, masks, scores
+    past the no-shift range, a row with every key masked (NaN, as the generic path), float64."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    from kuiper_xp.layers.attention import attend
+
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(nf, "ATTENTION_BLOCK_BYTES", 3 * 7 * 9 * 4)  # blocks of 3 heads
+    rng = np.random.default_rng(11)
+    dt = np.float64 if case == "float64" else np.float32
+    n, h, lq, s, d = 4, 5, 7, 9, 8
+    lead, mask, scale = (n, h), None, 0.3
+    if case == "one_item_split_heads":
+        n = 1
+    if case == "cross_lengths":
+        lq, s = 3, 11
+    if case == "3d":
+        lead = (h,)
+    if case == "5d":
+        lead = (2, n, h)
+    qkv = rng.standard_normal(lead[:-1] + (max(lq, s), 3, lead[-1], d)).astype(dt)
+    q = np.moveaxis(qkv[..., :lq, 0, :, :], -2, -3)  # (..., H, L, D) strided views, as MHA makes
+    k = np.moveaxis(qkv[..., :s, 1, :, :], -2, -3)
+    v = np.moveaxis(qkv[..., :s, 2, :, :], -2, -3)
+    if case == "big_scores":
+        q = q * 40.0
+    if case == "mask_keys":
+        mask = np.where(rng.random((n, 1, 1, s)) < 0.3, -np.inf, 0.0).astype(dt)
+    if case == "mask_full":
+        mask = rng.standard_normal((lq, s)).astype(dt)
+    if case == "all_masked_row":
+        mask = np.zeros((n, h, lq, s), dt)
+        mask[1, 2, 3] = -np.inf
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            got = nf.attention(q, k, v, scale, mask)
+            generic = attend(np, q, k, v, scale, mask)[0]
+    finally:
+        nf.set_num_threads(old)
+    assert got.shape == q.shape[:-1] + (d,)
+    # relative to the largest output; scores of +-300 (big_scores) make float32 softmax sensitive
+    # to the order of the scale and the shift (torch differs from the generic path as much)
+    rtol = 1e-12 if dt == np.float64 else 1e-4 if case == "big_scores" else 2e-6
+    want = _sdpa_ref(q, k, v, scale, mask)
+    if case == "all_masked_row":
+        assert np.isnan(got[1, 2, 3]).all() and np.isnan(generic[1, 2, 3]).all()  # as torch's MHA
+        got, want, generic = got.copy(), want.copy(), generic.copy()
+        got[1, 2, 3] = want[1, 2, 3] = generic[1, 2, 3] = 0
+    assert_close(got, generic, rtol=rtol, what="against the generic path")
+    assert_close(got, want, rtol=rtol, what="against torch")
+
+
+def test_numpy_fast_attention_declines():
+    from kuiper_xp.backends import numpy_fast as nf
+
+    a = np.zeros((2, 3, 4, 5), np.float32)
+    assert nf.attention(a, a, a.astype(np.float64), 1.0) is None
+    assert nf.attention(a, a[..., :3, :], a, 1.0) is None  # key and value lengths differ
+    assert nf.attention(a, a, a, 1.0, np.zeros((3, 4), np.float32)) is None  # mask does not broadcast
+    assert nf.attention(a, a, a, 1.0, np.zeros((4, 4), bool)) is None  # bool masks: converted by the caller
+    assert nf.attention(a[0, 0], a[0, 0], a[0, 0], 1.0) is None  # 2-D: no heads

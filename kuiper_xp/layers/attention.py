@@ -58,9 +58,16 @@ def softmax_last(xp: Any, s: Any) -> Any:
     return e
 
 
-def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None, matmul: Any = None) -> tuple[Any, Any]:
+def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None, matmul: Any = None,
+           fast: Any = None) -> tuple[Any, Any]:
     """softmax(q k^T * scale + mask) v over the last two axes; returns (output, weights).
-    ``matmul`` (default ``xp.matmul``) computes the two products."""
+    ``matmul`` (default ``xp.matmul``) computes the two products. ``fast`` (a backend's
+    ``attention``, used when the weights are not wanted) may compute the output instead; the
+    weights are then None."""
+    if fast is not None:
+        out = fast(q, k, v, scale, mask)
+        if out is not None:
+            return out, None
     mm = matmul or xp.matmul
     s = mm(q * scale, xp.matrix_transpose(k))
     if mask is not None:
@@ -103,6 +110,7 @@ class MultiheadAttention(Layer):
         self.w = w
         self.n_outputs = n_outputs
         self.weights_rank = weights_rank
+        self._attention = getattr(ctx.fast, "attention", None)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -296,7 +304,8 @@ class MultiheadAttention(Layer):
             k, v = xp.concat([k, z], axis=2), xp.concat([v, z], axis=2)
             mask = pad_mask(mask)
 
-        out, p = attend(xp, q, k, v, self.scale, mask, self.matmul)
+        fast = self._attention if self.n_outputs == 1 else None  # weights wanted: the generic steps
+        out, p = attend(xp, q, k, v, self.scale, mask, self.matmul, fast)
         out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (N, L, E))
         out = proj(out, "o_t", "o_b")
         if batched and not self.batch_first:
@@ -321,6 +330,7 @@ class ScaledDotProductAttention(Layer):
     def __init__(self, ctx: BuildContext, pos: dict[str, int], causal: bool, scale: float | None, gqa: bool, where: str):
         super().__init__(ctx)
         self.pos, self.causal, self.scale, self.gqa, self.where = pos, causal, scale, gqa, where
+        self._attention = getattr(ctx.fast, "attention", None)
         self._causal: dict[tuple[int, int, str], Any] = {}
 
     @classmethod
@@ -360,7 +370,7 @@ class ScaledDotProductAttention(Layer):
             mask = self._causal_mask(q.shape[-2], k.shape[-2], q.dtype)
         elif "attn_mask" in self.pos:
             mask = additive_mask(xp, inputs[self.pos["attn_mask"]], q.dtype, self.device, true_means_keep=True)
-        out, _ = attend(xp, q, k, v, scale, mask, self.matmul)
+        out, _ = attend(xp, q, k, v, scale, mask, self.matmul, self._attention)
         return out
 
 
@@ -640,6 +650,7 @@ class TransformerEncoderLayerFwd(Layer):
         self.where = where
         self._ctx = ctx
         self._norms: dict[tuple[int, float], Any] = {}
+        self._attention = getattr(ctx.fast, "attention", None)
         from .activation import GELU, Clamp
 
         self._gelu, self._relu = GELU(ctx, "none"), Clamp(ctx, 0, None)
@@ -693,7 +704,7 @@ class TransformerEncoderLayerFwd(Layer):
             return xp.permute_dims(xp.reshape(t, (n, length, h, d)), (0, 2, 1, 3))
 
         q, k, v = heads(qkv[..., :e]), heads(qkv[..., e:2 * e]), heads(qkv[..., 2 * e:])
-        out, _ = attend(xp, q, k, v, 1.0 / math.sqrt(d), None, self.matmul)
+        out, _ = attend(xp, q, k, v, 1.0 / math.sqrt(d), None, self.matmul, self._attention)
         out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (n, length, e))
         x = self._linear(out, proj_w, proj_b) + src
         if not norm_first:
