@@ -271,7 +271,7 @@ _numba = None  # backends.numba_kernels while the optional compiled kernels are 
 
 def use_numba(flag: bool = True) -> bool:
     """Switch the optional numba kernels (``backends.numba_kernels``: depthwise convolution,
-    float32 GELU) on or off for the whole process; returns the previous setting. Off by default (``KUIPER_XP_NUMBA=1``
+    float32 GELU, SiLU and sigmoid) on or off for the whole process; returns the previous setting. Off by default (``KUIPER_XP_NUMBA=1``
     switches them on at import); the numpy paths stay the reference. Raises ImportError naming
     the package when numba is not installed."""
     global _numba
@@ -990,8 +990,11 @@ class Conv2dPlan:
             self._weight = w
             self.wmat = None
             if algo == "winograd":
-                # the GEMM weights are packed on the first call too small for the transforms
-                self.wino = _Winograd(w, self.bias, tile)
+                # the transformed weights are made on the first call big enough for the
+                # transforms, the GEMM weights on the first call too small for them: at batch 1
+                # ResNet-18's 7x7 layers only ever use the latter (their F(2,3) weights, 16.8
+                # MiB each, took 22 of its 108 ms load)
+                self.wino = None
             else:
                 self._pack_gemm()
 
@@ -1458,7 +1461,10 @@ class Conv2dPlan:
     def _run_winograd(self, x, ho, wo):
         if x.shape[0] * ho * wo < WINOGRAD_MIN_PIXELS:
             return self._run_gemm(x, ho, wo)
-        return self.wino(x, self.pads, ho, wo)
+        wino = self.wino
+        if wino is None:  # a concurrent first call at worst transforms twice
+            wino = self.wino = _Winograd(self._weight, self.bias, self.tile)
+        return wino(x, self.pads, ho, wo)
 
 
 def conv2d_plan(weight, bias=None, *, stride=(1, 1), dilation=(1, 1), groups=1,
