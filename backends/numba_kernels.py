@@ -160,9 +160,10 @@ def _exp_block(src, m, neg, eb, fb, ib):  # pragma: no cover - compiled
         ib[i] = (np.int32(k) + np.int32(127)) << 23
 
 
-@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
-def silu_f32(src, dst):  # pragma: no cover - compiled
-    """SiLU ``x / (1 + exp(-x))`` of flat float32 ``src`` into ``dst`` (may be the same array)."""
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy", inline="always")
+def _logistic(src, dst, times_x):  # pragma: no cover - compiled
+    """``(x if times_x else 1) / (1 + exp(-x))`` of flat float32 ``src`` into ``dst`` (may be the
+    same array); inlined into each caller with ``times_x`` a constant, so the branch folds."""
     n = src.shape[0]
     fb = np.empty(512, dtype=np.float32)
     ib = fb.view(np.int32)
@@ -172,28 +173,22 @@ def silu_f32(src, dst):  # pragma: no cover - compiled
         s_blk = src[i0:i0 + m]
         _exp_block(s_blk, m, True, eb, fb, ib)
         for i in range(m):  # into the local buffer: an in-place dst would fail LLVM's
-            eb[i] = s_blk[i] / (_ONE + eb[i] * fb[i])  # overlap check and run scalar
+            eb[i] = (s_blk[i] if times_x else _ONE) / (_ONE + eb[i] * fb[i])  # overlap check
         d_blk = dst[i0:i0 + m]
         for i in range(m):
             d_blk[i] = eb[i]
+
+
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
+def silu_f32(src, dst):  # pragma: no cover - compiled
+    """SiLU ``x / (1 + exp(-x))`` of flat float32 ``src`` into ``dst`` (may be the same array)."""
+    _logistic(src, dst, True)
 
 
 @njit(nogil=True, cache=True, boundscheck=False, error_model="numpy")
 def sigmoid_f32(src, dst):  # pragma: no cover - compiled
     """Sigmoid ``1 / (1 + exp(-x))`` of flat float32 ``src`` into ``dst`` (may be the same)."""
-    n = src.shape[0]
-    fb = np.empty(512, dtype=np.float32)
-    ib = fb.view(np.int32)
-    eb = np.empty(512, dtype=np.float32)
-    for i0 in range(0, n, 512):
-        m = min(512, n - i0)
-        s_blk = src[i0:i0 + m]
-        _exp_block(s_blk, m, True, eb, fb, ib)
-        for i in range(m):  # into the local buffer: an in-place dst would fail LLVM's
-            eb[i] = _ONE / (_ONE + eb[i] * fb[i])  # overlap check and run scalar
-        d_blk = dst[i0:i0 + m]
-        for i in range(m):
-            d_blk[i] = eb[i]
+    _logistic(src, dst, False)
 
 
 #: elementwise kernels by activation name: ``kernel(src, dst)`` on flat float32 arrays
