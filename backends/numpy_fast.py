@@ -1867,15 +1867,19 @@ def set_destination(a: np.ndarray | None) -> None:
     _tls.dest = a
 
 
-def concat_buffer(axis: int, dtype, shapes) -> np.ndarray | None:
-    """The pooled output of concatenating arrays of ``shapes`` along ``axis``, when each piece of
-    it is C-contiguous (every dim before ``axis`` is 1, as at batch 1 along channels), so a
-    layer can write a piece as its own output; None otherwise."""
+def concat_buffer(axis: int, dtype, shapes, within: np.ndarray | None = None) -> np.ndarray | None:
+    """The output of concatenating arrays of ``shapes`` along ``axis`` (from the graph's pool,
+    or ``within``, a piece of an enclosing concatenation's buffer, when it fits), when each
+    piece of it is C-contiguous (every dim before ``axis`` is 1, as at batch 1 along channels),
+    so a layer can write a piece as its own output; None otherwise."""
     first = shapes[0]
     if math.prod(first[:axis]) != 1:
         return None
     shape = list(first)
     shape[axis] = sum(s[axis] for s in shapes)
+    if (within is not None and within.shape == tuple(shape) and within.dtype == dtype
+            and within.flags.c_contiguous):
+        return within
     pool = getattr(_tls, "pool", None)
     return np.empty(shape, dtype) if pool is None else pool.empty(shape, dtype)
 

@@ -158,3 +158,64 @@ def test_binary_fast_path(name, ref):
     assert nf.binary(name, a, a.astype(np.float64)) is None
     assert nf.binary(name, a, a.T.copy().T) is None  # not C-contiguous
     assert nf.binary(name, a.astype(np.int64), a.astype(np.int64)) is None
+
+
+class DenseNet(nn.Module):
+    """x1 = cat(x0, f(x0)), x2 = cat(x1, g(x1)): each concatenation is a piece of the next, so
+    the runtime lays the inner one out inside the outer one's buffer (nothing copied twice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.f = nn.Sequential(nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3, padding=1))
+        self.g = nn.Sequential(nn.BatchNorm2d(12), nn.ReLU(), nn.Conv2d(12, 4, 3, padding=1))
+        self.h = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        x0 = self.stem(x)
+        x1 = torch.cat([x0, self.f(x0)], 1)
+        x2 = torch.cat([x1, self.g(x1)], 1)
+        return self.h(x2), x1  # x1 handed to the caller too: a view into x2's buffer
+
+
+def test_nested_concatenations_are_laid_out_inside_the_outer_one(tmp_path_factory, monkeypatch):
+    torch.manual_seed(1)
+    module = DenseNet().eval()
+    with torch.no_grad():  # BN statistics that are not the identity
+        for bn in (module.f[0], module.g[0]):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    x, x2 = torch.randn(1, 3, 12, 12), torch.randn(2, 3, 12, 12)
+    param = export_module(module, (x,), tmp_path_factory.mktemp("dense"), inputs2=(x2,))
+    copied = []
+    real = nf.concat_into
+
+    def spy(buf, xs, axis):
+        off = 0
+        for a in xs:
+            m = a.shape[axis]
+            copied.append(not nf._same_view(a, buf[(slice(None),) * axis + (slice(off, off + m),)]))
+            off += m
+        return real(buf, xs, axis)
+
+    g = kuiper_xp.load(param, backend="numpy")
+    for layer in g.layers:
+        if getattr(layer, "_into", None) is not None:
+            layer._into = spy
+    rng = np.random.default_rng(5)
+    kept = []
+    for k in range(3):
+        x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+        copied.clear()
+        got = g(x)
+        for a, e, what in zip(got, _torch(module, x), ("y", "x1")):
+            assert_close(a, e, rtol=1e-5, what=f"call {k}: {what}")
+        if k:
+            assert copied == [False] * 4, copied  # x0, f(x0) inside x1; x1, g(x1) inside x2
+        kept.append((x, got))
+    for x, got in kept:  # the views handed out were never overwritten by later calls
+        for a, e in zip(got, _torch(module, x)):
+            assert_close(a, e, rtol=1e-5, what="kept result")
+    xb = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)  # batch 2: copied, still right
+    for a, e in zip(g(xb), _torch(module, xb)):
+        assert_close(a, e, rtol=1e-5, what="batch 2")

@@ -478,21 +478,38 @@ class Graph:
                 plans = self._pieces[sig] = {}
             fast = self.backend.fast
             joined: dict[int, Any] = {}  # concat step -> its laid-out output (None: cannot)
+            steps = self._steps
+
+            def layout(j: int) -> Any:
+                """Concat step j's output buffer, laid out on first use; a concatenation that is
+                itself a piece of a later one (DenseNet's growing features) is laid out inside
+                that one's buffer, so nothing is copied twice."""
+                if j not in joined:
+                    axis, dt, shapes = plans[j]  # type: ignore[index]
+                    outer = steps[j].piece_of
+                    within = None
+                    if outer is not None and outer[0] in plans:  # type: ignore[operator]
+                        big = layout(outer[0])
+                        if big is not None:
+                            o_axis, _, o_shapes = plans[outer[0]]  # type: ignore[index]
+                            within = fast.concat_piece(big, o_axis, o_shapes, outer[1])
+                    joined[j] = fast.concat_buffer(axis, dt, shapes, within)
+                return joined[j]
         for i, (r, checks) in enumerate(zip(self._steps, self._check_shapes)):
             args = [env[s] for s in r.in_ids]
             t0 = time.perf_counter() if profile else 0.0
             dest = into = None
             if plans is not None:
-                if r.piece_of is not None and r.piece_of[0] in plans:
+                if r.joins and i in plans:
+                    into = layout(i)  # laid out already when a piece was made, or now
+                    joined.pop(i, None)
+                elif r.piece_of is not None and r.piece_of[0] in plans:
                     j, k = r.piece_of
-                    axis, dt, shapes = plans[j]
-                    if j not in joined:
-                        joined[j] = fast.concat_buffer(axis, dt, shapes)
-                    if joined[j] is not None:
-                        dest = fast.concat_piece(joined[j], axis, shapes, k)
+                    buf = layout(j)
+                    if buf is not None:
+                        axis, _, shapes = plans[j]
+                        dest = fast.concat_piece(buf, axis, shapes, k)
                         fast.set_destination(dest)
-                elif r.joins:
-                    into = joined.pop(i, None)
             try:
                 if into is not None:
                     out = r.layer.forward_into(into, plans[i][0], *args)  # type: ignore[union-attr,index]
