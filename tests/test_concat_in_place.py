@@ -54,25 +54,30 @@ def _torch(module, x):
         return [t2n(t) for t in module(torch.from_numpy(x))]
 
 
-def test_pieces_are_made_in_place_and_results_match_torch(catnet, monkeypatch):
-    param, module = catnet
-    copied = []
+def _load_with_spy(param):
+    """The graph, and a list that each concatenation finished in place appends to: per piece,
+    whether it had to be copied (False: the producing layer wrote it in its place)."""
+    copied: list[bool] = []
     real = nf.concat_into
 
     def spy(buf, xs, axis):
         off = 0
         for a in xs:
             m = a.shape[axis]
-            dst = buf[(slice(None),) * axis + (slice(off, off + m),)]
+            copied.append(not nf._same_view(a, buf[(slice(None),) * axis + (slice(off, off + m),)]))
             off += m
-            copied.append(not nf._same_view(a, dst))
         return real(buf, xs, axis)
 
-    monkeypatch.setattr(nf, "concat_into", spy)
     g = kuiper_xp.load(param, backend="numpy")
     for layer in g.layers:
         if getattr(layer, "_into", None) is not None:
             layer._into = spy
+    return g, copied
+
+
+def test_pieces_are_made_in_place_and_results_match_torch(catnet):
+    param, module = catnet
+    g, copied = _load_with_spy(param)
     rng = np.random.default_rng(1)
     xs = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(3)]
     held = []
@@ -178,7 +183,7 @@ class DenseNet(nn.Module):
         return self.h(x2), x1  # x1 handed to the caller too: a view into x2's buffer
 
 
-def test_nested_concatenations_are_laid_out_inside_the_outer_one(tmp_path_factory, monkeypatch):
+def test_nested_concatenations_are_laid_out_inside_the_outer_one(tmp_path_factory):
     torch.manual_seed(1)
     module = DenseNet().eval()
     with torch.no_grad():  # BN statistics that are not the identity
@@ -187,21 +192,7 @@ def test_nested_concatenations_are_laid_out_inside_the_outer_one(tmp_path_factor
             bn.running_var.uniform_(0.5, 2.0)
     x, x2 = torch.randn(1, 3, 12, 12), torch.randn(2, 3, 12, 12)
     param = export_module(module, (x,), tmp_path_factory.mktemp("dense"), inputs2=(x2,))
-    copied = []
-    real = nf.concat_into
-
-    def spy(buf, xs, axis):
-        off = 0
-        for a in xs:
-            m = a.shape[axis]
-            copied.append(not nf._same_view(a, buf[(slice(None),) * axis + (slice(off, off + m),)]))
-            off += m
-        return real(buf, xs, axis)
-
-    g = kuiper_xp.load(param, backend="numpy")
-    for layer in g.layers:
-        if getattr(layer, "_into", None) is not None:
-            layer._into = spy
+    g, copied = _load_with_spy(param)
     rng = np.random.default_rng(5)
     kept = []
     for k in range(3):
