@@ -28,55 +28,138 @@ from numba import njit
 __all__ = ["depthwise_channels", "gelu_f32", "silu_f32", "sigmoid_f32", "UNARY", "warm_up"]
 
 
-@njit(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})
-def depthwise_channels(x, w, bias, y, c0, c1, mult, sh, sw, dh, dw, pt, pl, clamp, lo, hi):  # pragma: no cover - compiled
+_OPTS = dict(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})
+
+# Depthwise convolution. Per channel, the zero-padded input is split into its stride phases
+# (phase (p, q) holds padded rows sh*r + p, columns sw*m + q; stride 1: one phase, the padded
+# plane), each stored flat with row length ``wq``, as numpy_fast's planar path does. Tap (ki, kj)
+# then reads one contiguous run of ``Ho*wq`` values at a fixed offset, and the output (with
+# ``wq - Wo`` spare columns per row, dropped at the end) is ``bias + sum_t w[t] * run_t``. The
+# taps are summed three or five at a time in one vectorised loop over the whole map (one
+# accumulator load and store per group, FMAs between), so the per-tap overhead of a loop over one
+# output row (7x7 kernels on 56-pixel rows: 5-6x slower, measured) is gone.
+
+
+@njit(inline="always", **_OPTS)
+def _taps1(acc, src, off, wt, t, n):  # pragma: no cover - compiled
+    """``acc[:n] += wt[t] * src[off[t]:][:n]``."""
+    a0 = src[off[t]:off[t] + n]
+    w0 = wt[t]
+    for j in range(n):
+        acc[j] = acc[j] + w0 * a0[j]
+
+
+@njit(inline="always", **_OPTS)
+def _taps3(acc, src, off, wt, t, n):  # pragma: no cover - compiled
+    """Taps ``t, t+1, t+2`` added to ``acc[:n]`` in one loop."""
+    a0 = src[off[t]:off[t] + n]
+    a1 = src[off[t + 1]:off[t + 1] + n]
+    a2 = src[off[t + 2]:off[t + 2] + n]
+    w0, w1, w2 = wt[t], wt[t + 1], wt[t + 2]
+    for j in range(n):
+        acc[j] = acc[j] + w0 * a0[j] + w1 * a1[j] + w2 * a2[j]
+
+
+@njit(inline="always", **_OPTS)
+def _taps5(acc, src, off, wt, t, n):  # pragma: no cover - compiled
+    """Taps ``t .. t+4`` added to ``acc[:n]`` in one loop."""
+    a0 = src[off[t]:off[t] + n]
+    a1 = src[off[t + 1]:off[t + 1] + n]
+    a2 = src[off[t + 2]:off[t + 2] + n]
+    a3 = src[off[t + 3]:off[t + 3] + n]
+    a4 = src[off[t + 4]:off[t + 4] + n]
+    w0, w1, w2, w3, w4 = wt[t], wt[t + 1], wt[t + 2], wt[t + 3], wt[t + 4]
+    for j in range(n):
+        acc[j] = acc[j] + w0 * a0[j] + w1 * a1[j] + w2 * a2[j] + w3 * a3[j] + w4 * a4[j]
+
+
+@njit(**_OPTS)
+def depthwise_channels(x, w, bias, y, c0, c1, mult, sh, sw, dh, dw, pt, pl, clamp, lo, hi):  # pragma: no cover
     """``y[c] = bias[c] + sum_taps w[c, i, j] * xpad[c // mult]`` for channels ``[c0, c1)`` of
-    one image: ``x`` (C, H, W) unpadded (zero padding ``pt``/``pl`` top/left handled by the tap
-    ranges), ``w`` (O, kh, kw), ``y`` (O, Ho, Wo); ``clamp`` applies ``min(max(v, lo), hi)``.
-    Each tap adds a contiguous (or strided) run of a row into a row accumulator: slices so
-    that LLVM vectorises the inner loop (plain indexed loops kept numba's wraparound checks)."""
+    one image: ``x`` (C, H, W) unpadded (zero padding ``pt``/``pl`` top/left; bottom/right as
+    far as the output needs), ``w`` (O, kh, kw), ``y`` (O, Ho, Wo); ``clamp`` applies
+    ``min(max(v, lo), hi)`` (NaN stays NaN). See the comment above for the layout."""
     H = x.shape[1]
     W = x.shape[2]
     KH = w.shape[1]
     KW = w.shape[2]
     Ho = y.shape[1]
     Wo = y.shape[2]
-    acc = np.empty(Wo, dtype=y.dtype)
+    T = KH * KW
+    hq = Ho + ((KH - 1) * dh) // sh + 1
+    wq = Wo + ((KW - 1) * dw) // sw
+    plane = hq * wq
+    off = np.empty(T, dtype=np.int64)
+    for ki in range(KH):
+        for kj in range(KW):
+            p = (ki * dh) % sh
+            q = (kj * dw) % sw
+            off[ki * KW + kj] = (p * sw + q) * plane + ((ki * dh) // sh) * wq + (kj * dw) // sw
+    ph = np.empty(sh * sw * plane, dtype=y.dtype)
+    n = Ho * wq
+    acc = np.empty(n, dtype=y.dtype)
+    wt = np.empty(T, dtype=y.dtype)
     for c in range(c0, c1):
         xc = x[c // mult]
-        b = bias[c]
-        for i in range(Ho):
-            for j in range(Wo):
-                acc[j] = b
-            for ki in range(KH):
-                r = i * sh - pt + ki * dh
-                if r < 0 or r >= H:
-                    continue
-                xr = xc[r]
-                for kj in range(KW):
-                    wv = w[c, ki, kj]
-                    off = kj * dw - pl
-                    j0 = 0
-                    if off < 0:
-                        j0 = (-off + sw - 1) // sw
-                    j1 = (W - 1 - off) // sw + 1
-                    if j1 > Wo:
-                        j1 = Wo
-                    if j1 <= j0:
+        # the phases of the padded channel: columns m_lo <= m < m_hi come from the input
+        for p in range(sh):
+            for q in range(sw):
+                base = (p * sw + q) * plane
+                m_lo = max(0, -((q - pl) // sw))
+                m_hi = min(wq, (W - 1 + pl - q) // sw + 1)
+                for r in range(hq):
+                    row = ph[base + r * wq: base + (r + 1) * wq]
+                    a = sh * r + p - pt
+                    if a < 0 or a >= H or m_hi <= m_lo:
+                        for m in range(wq):
+                            row[m] = 0
                         continue
-                    a = acc[j0:j1]
-                    if sw == 1:  # a unit-stride slice: numba types it contiguous (vector loads)
-                        src = xr[j0 + off:j1 + off]
-                        for j in range(j1 - j0):
-                            a[j] += wv * src[j]
+                    xr = xc[a]
+                    for m in range(m_lo):
+                        row[m] = 0
+                    for m in range(m_hi, wq):
+                        row[m] = 0
+                    if sw == 1:
+                        seg = xr[m_lo + q - pl: m_hi + q - pl]
+                        dst = row[m_lo:m_hi]
+                        for m in range(m_hi - m_lo):
+                            dst[m] = seg[m]
+                    elif sw == 2:  # constant stride: LLVM's interleaved loads
+                        seg = xr[2 * m_lo + q - pl:]
+                        dst = row[m_lo:m_hi]
+                        for m in range(m_hi - m_lo):
+                            dst[m] = seg[2 * m]
                     else:
-                        srs = xr[j0 * sw + off:(j1 - 1) * sw + off + 1:sw]
-                        for j in range(j1 - j0):
-                            a[j] += wv * srs[j]
-            yr = y[c, i]
+                        for m in range(m_lo, m_hi):
+                            row[m] = xr[sw * m + q - pl]
+        for ki in range(KH):
+            for kj in range(KW):
+                wt[ki * KW + kj] = w[c, ki, kj]
+        b = bias[c]
+        for j in range(n):
+            acc[j] = b
+        t = 0
+        if T == 3 or T == 6 or T == 9:  # 3x3: three groups of three
+            while t < T:
+                _taps3(acc, ph, off, wt, t, n)
+                t += 3
+        else:
+            while t + 5 <= T:
+                _taps5(acc, ph, off, wt, t, n)
+                t += 5
+            while t + 3 <= T:
+                _taps3(acc, ph, off, wt, t, n)
+                t += 3
+            while t < T:
+                _taps1(acc, ph, off, wt, t, n)
+                t += 1
+        yc = y[c]
+        for i in range(Ho):
+            a = acc[i * wq: i * wq + Wo]
+            yr = yc[i]
             if clamp:
                 for j in range(Wo):
-                    v = acc[j]
+                    v = a[j]
                     if v < lo:
                         v = lo
                     if v > hi:
@@ -84,7 +167,7 @@ def depthwise_channels(x, w, bias, y, c0, c1, mult, sh, sw, dh, dw, pt, pl, clam
                     yr[j] = v
             else:
                 for j in range(Wo):
-                    yr[j] = acc[j]
+                    yr[j] = a[j]
 
 
 # float32 constants of numpy_fast._k_gelu (x * (0.5 + 0.5 erf(x / sqrt 2)), the 0.5 folded into

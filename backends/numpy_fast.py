@@ -1318,10 +1318,10 @@ class Conv2dPlan:
         contiguous slice of length ``ho*wq`` (the ``wq - wo`` extra columns are dropped at the
         end, fused with the bias add). Channels are processed in L2-sized blocks on the pool."""
         n, c = x.shape[:2]
-        if self.mult == 1 and ho * wo <= DEPTHWISE_NHWC_MAX_PIXELS:
-            return self._run_depthwise_nhwc(x, ho, wo, activation)
         if _numba is not None and self.dtype in (np.float32, np.float64):
             return self._run_depthwise_numba(x, ho, wo, activation)
+        if self.mult == 1 and ho * wo <= DEPTHWISE_NHWC_MAX_PIXELS:
+            return self._run_depthwise_nhwc(x, ho, wo, activation)
         if self.mult != 1:
             x = np.repeat(x, self.mult, axis=1)
         h, w = x.shape[2:]
