@@ -16,7 +16,7 @@ Kernels where numpy needs many passes over memory, or has no fast routine:
   on one thread. Results are within 2 float32 ulps of torch (denormal results aside), not
   bit-equal to the numpy path.
 
-The kernels are compiled on first use (about 1.5 s each, cached on disk by numba afterwards) and
+The kernels are compiled on first use (1-2.5 s each, cached on disk by numba afterwards) and
 release the GIL, so the numpy backend's own threads split the work.
 """
 
