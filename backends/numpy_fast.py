@@ -2036,6 +2036,84 @@ def scale_shift(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarr
     return y
 
 
+def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 1e-5,
+               activation: Any = None) -> np.ndarray | None:
+    """GroupNorm (InstanceNorm is ``groups = C``) of a C-contiguous float32/float64 (N, C, ...)
+    array. Each group of an image is one contiguous run: its statistics take two passes over
+    segments of about NORM_BLOCK_ELEMENTS on the threads (the sums; then the squared deviations
+    from the mean, summed: the two-pass variance, not E[x^2] - mean^2, which float32 loses when
+    the mean is large against the spread), partial sums combined in float64. The output is one
+    pass of ``x * scale + shift`` per (image, channel), the affine folded in, ``activation`` (a
+    spec of :func:`activation_inplace`) applied to each block while it is in cache. The generic
+    path takes 7 whole-tensor passes on one thread. None when the arguments do not fit (the
+    generic path then runs)."""
+    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim < 2
+            or not x.flags.c_contiguous or x.size == 0 or groups <= 0 or x.shape[1] % groups):
+        return None
+    n, c = x.shape[:2]
+    for a in (weight, bias):
+        if a is not None and (type(a) is not np.ndarray or a.shape != (c,)):
+            return None
+    dt = x.dtype
+    per_group = x.size // (n * groups)
+    rest = per_group * groups // c
+    rows = n * groups
+    flat = x.reshape(rows, per_group)
+    # segments of about NORM_BLOCK_ELEMENTS: several whole groups, or one chunk of a large group;
+    # one ufunc call per segment and pass (calls of a few Ki elements on two threads mostly wait
+    # for each other's GIL hand-offs: slower than one thread, measured)
+    chunks = -(-per_group // NORM_BLOCK_ELEMENTS)
+    step = -(-per_group // chunks)
+    rb = max(1, NORM_BLOCK_ELEMENTS // per_group) if chunks == 1 else 1
+    segs = [(r0, min(rows, r0 + rb), k) for r0 in range(0, rows, rb) for k in range(chunks)]
+    sums = np.zeros((rows, chunks))
+    sq = np.zeros((rows, chunks))
+
+    def sum_part(lo, hi):
+        for r0, r1, k in segs[lo:hi]:
+            sums[r0:r1, k] = flat[r0:r1, k * step:(k + 1) * step].sum(axis=1)
+    _parallel(sum_part, len(segs), x.size)
+    mean = sums.sum(axis=1) / per_group
+    mean_dt = mean.astype(dt).reshape(rows, 1)
+
+    def dev_part(lo, hi):
+        for r0, r1, k in segs[lo:hi]:
+            seg = flat[r0:r1, k * step:(k + 1) * step]
+            d = _workspace(seg.shape, dt, slot=60)
+            np.subtract(seg, mean_dt[r0:r1], out=d)
+            np.multiply(d, d, out=d)
+            sq[r0:r1, k] = d.sum(axis=1)
+    _parallel(dev_part, len(segs), x.size)
+    var = sq.sum(axis=1) / per_group
+    rstd = 1.0 / np.sqrt(var + eps)
+    # per (image, channel): scale = w * rstd, shift = b - mean * scale (float64, then dt)
+    per = c // groups
+    scale = np.repeat(rstd.reshape(n, groups), per, axis=1)
+    shift = -np.repeat(mean.reshape(n, groups), per, axis=1) * scale
+    if weight is not None:
+        scale *= weight
+        shift *= weight
+    if bias is not None:
+        shift += bias
+    scale = scale.reshape(n * c, 1).astype(dt)
+    shift = shift.reshape(n * c, 1).astype(dt)
+    src = x.reshape(n * c, rest)
+    y = _out(x.shape, dt)
+    dst = y.reshape(n * c, rest)
+    planes = max(1, NORM_BLOCK_ELEMENTS // max(1, rest))
+
+    def apply_part(lo, hi):
+        for r0 in range(lo, hi, planes):
+            r1 = min(hi, r0 + planes)
+            blk = dst[r0:r1]
+            np.multiply(src[r0:r1], scale[r0:r1], out=blk)
+            blk += shift[r0:r1]
+            if activation is not None:
+                activation_inplace(blk, activation)
+    _parallel(apply_part, n * c, x.size)
+    return y
+
+
 # -- resize ----------------------------------------------------------------------------------------
 def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
     """Interpolation (``kuiper_xp.layers.resize``) of an (N, C, spatial...) float array with the

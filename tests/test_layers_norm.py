@@ -18,6 +18,8 @@ from test_layers_misc import (
 )
 from torch import nn
 
+import kuiper_xp
+
 rng = np.random.default_rng(2)
 
 
@@ -107,6 +109,71 @@ def test_group_norm(backend, tmp_path, shape, groups, affine):
                weights={"weight": w, "bias": b} if affine else None)
     ins, keys = ([x, w, b], ["input", "weight", "bias"]) if affine else ([x], ["input"])
     run_one_op(backend, tmp_path / "f", "F.group_norm", ins, t2n(e), params=f"eps=1e-05 num_groups={groups}", keys=keys)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,groups", [((3, 6, 7, 9), 3), ((2, 5, 11), 1), ((2, 4, 3, 5), 4), ((1, 8, 40), 2)])
+def test_numpy_fast_group_norm_chunks_threads_activation(monkeypatch, dtype, shape, groups):
+    """The numpy fast path: groups split into chunks (the last one short) over 3 threads, a
+    large mean against a small spread (a one-pass E[x^2] - mean^2 would lose it in float32),
+    the affine folded in, fused activations; against torch in float64. Arguments it does not
+    take give None, for the generic path."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 50)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    c = shape[1]
+    x = _x(*shape, scale=0.5, shift=300.0).astype(dtype)
+    w, b = _x(c).astype(dtype), _x(c).astype(dtype)
+    ref = F.group_norm(torch.from_numpy(x).double(), groups, torch.from_numpy(w).double(),
+                       torch.from_numpy(b).double(), 1e-5)
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            for act, fn in [(None, lambda t: t), ("silu", F.silu), (("clamp", 0.0, 6.0), F.relu6), ("relu", F.relu)]:
+                got = nf.group_norm(x, groups, w, b, 1e-5, act)
+                assert got.shape == x.shape and got.dtype == dtype
+                assert_close(got, fn(ref).numpy().astype(dtype), rtol=rtol, what=str(act))
+            plain = F.group_norm(torch.from_numpy(x).double(), groups, eps=1e-5).numpy().astype(dtype)
+            assert_close(nf.group_norm(x, groups), plain, rtol=rtol, what="no affine")
+    finally:
+        nf.set_num_threads(old)
+    assert nf.group_norm(x.astype(np.float16), groups) is None
+    assert nf.group_norm(np.ones(shape, np.int32), groups) is None
+    assert nf.group_norm(np.swapaxes(x, -1, -2), groups) is None  # not C-contiguous
+    assert nf.group_norm(x, groups, np.ones(c + 1, dtype)) is None
+    assert nf.group_norm(x, c + 1) is None
+
+
+class GroupNormSiLU(nn.Module):
+    """A UNet/diffusion-style pre-activation pair: GroupNorm then SiLU, then an InstanceNorm
+    with ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.gn = nn.GroupNorm(4, 8)
+        self.inn = nn.InstanceNorm2d(8, affine=True)
+        with torch.no_grad():
+            for m in (self.gn, self.inn):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return F.relu(self.inn(F.silu(self.gn(x)) * 2.0))
+
+
+def test_group_norm_activation_fused_matches_torch(tmp_path, model_backend):
+    """The runtime folds the SiLU after a GroupNorm (and the ReLU after an InstanceNorm) into
+    the norm; results as torch's on every backend."""
+    torch.manual_seed(0)
+    module = GroupNormSiLU().eval()
+    inputs = (torch.randn(2, 8, 9, 7) * 3 + 1,)
+    param = export_module(module, inputs, tmp_path)
+    compare_graph(param, model_backend, module, inputs)
+    g = kuiper_xp.load(param, backend=model_backend)
+    fused = [names for names in g.fused]
+    assert any(a.startswith("gn") for a, _ in fused) and any(a.startswith("inn") for a, _ in fused), fused
 
 
 @pytest.mark.parametrize("kind,shape", [("nn.InstanceNorm1d", (2, 3, 7)), ("nn.InstanceNorm2d", (2, 3, 4, 5)),

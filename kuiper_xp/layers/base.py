@@ -80,6 +80,39 @@ class Layer:
         return f"<{type(self).__name__} {self.op_type} {self.op_name!r}>"
 
 
+class FusesActivation:
+    """Mixin for a layer that can take over the activation following it (the runtime's
+    ``set_fused_activation`` hook): ``"relu"``, ``("clamp", lo, hi)``, a callable, or a name from
+    the fast backend's ``UNARY_ACTIVATIONS`` (accepted only where the backend has
+    ``activation_inplace``). Anything else is a ValueError: the runtime then keeps the
+    activation as its own step. :meth:`_activate` applies it to a fresh output."""
+
+    fused_activation: Any = None
+
+    def set_fused_activation(self, spec: Any) -> None:
+        fast = self.backend.fast
+        named = isinstance(spec, str) and spec in getattr(fast, "UNARY_ACTIVATIONS", ())
+        if named and getattr(fast, "activation_inplace", None) is None:
+            raise ValueError(f"fused activation {spec!r} needs the backend's activation_inplace")
+        if not (named or spec is None or callable(spec) or spec == "relu"
+                or isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "clamp"):
+            raise ValueError(f"fused_activation must be None, 'relu', ('clamp', min, max) or a callable; got {spec!r}")
+        self.fused_activation = spec
+
+    def _activate(self, y: Any) -> Any:
+        act = self.fused_activation
+        if act is None:
+            return y
+        if callable(act):
+            return act(y)
+        fast_act = getattr(self.backend.fast, "activation_inplace", None)
+        if fast_act is not None:  # the backend's own arrays: in place, in cache-sized chunks
+            return fast_act(y, act)
+        if act == "relu":
+            return self.xp.clip(y, min=0.0)
+        return self.xp.clip(y, min=act[1], max=act[2])
+
+
 class SpatialLayer(Layer):
     """A layer on (N, C, L) or (N, C, H, W) data (``nd`` = 1 or 2), also accepting the unbatched
     (C, ...) form as torch does; 1-D data run through the 2-D code with a unit height."""
