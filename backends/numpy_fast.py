@@ -742,8 +742,8 @@ def _chunk_step(n: int, work: int) -> int:
     k = _threads_now()
     if k <= 1 or work < PARALLEL_MIN_ELEMENTS or n < 2 * k:
         return UNARY_CHUNK
-    units = -(-(-(-n // UNARY_CHUNK)) // k) * k
-    return -(-n // units)
+    per_thread = -(-n // (UNARY_CHUNK * k))  # chunks each
+    return -(-n // (per_thread * k))
 
 
 def _run_unary(name: str, src: np.ndarray, dst: np.ndarray) -> None:
