@@ -9,7 +9,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
-from .base import BuildContext, Layer
+from .base import BuildContext, FusesActivation, Layer
 from .registry import register
 
 
@@ -28,7 +28,7 @@ def _slots(op, names: tuple[str, ...]) -> dict[str, int]:
 
 
 @register("nn.Linear", "F.linear")
-class Linear(Layer):
+class Linear(FusesActivation, Layer):
     """y = x @ W^T + b over the last axis of an input of any rank ``(..., in) -> (..., out)``.
     ``W^T`` is formed once at build; ``F.linear`` may take weight and bias as inputs."""
 
@@ -37,32 +37,6 @@ class Linear(Layer):
         self.weight_t, self.bias, self.slots = weight_t, bias, slots
         self._fast = getattr(ctx.fast, "linear", None)
         self.fused_activation: Any = None
-
-    def set_fused_activation(self, spec: Any) -> None:
-        """Fold a following activation into this layer (the runtime's hook, as on convolutions):
-        ``"relu"``, ``("clamp", lo, hi)`` or a callable; with the fast path also a name from the
-        backend's ``UNARY_ACTIVATIONS``, applied in place on the fresh output. Anything else is
-        a ValueError (the runtime then leaves the activation as its own step)."""
-        names = getattr(self.backend.fast, "UNARY_ACTIVATIONS", ())
-        if isinstance(spec, str) and spec in names and self._fast is not None:
-            pass
-        elif not (spec is None or callable(spec) or spec == "relu"
-                  or isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "clamp"):
-            raise ValueError(f"fused_activation must be None, 'relu', ('clamp', min, max) or a callable; got {spec!r}")
-        self.fused_activation = spec
-
-    def _activate(self, y: Any) -> Any:
-        act = self.fused_activation
-        if act is None:
-            return y
-        if callable(act):
-            return act(y)
-        fast_act = getattr(self.backend.fast, "activation_inplace", None) if self._fast is not None else None
-        if fast_act is not None:
-            return fast_act(y, act)
-        if act == "relu":
-            return self.xp.clip(y, min=0.0)
-        return self.xp.clip(y, min=act[1], max=act[2])
 
     @classmethod
     def from_operator(cls, op, ctx):
