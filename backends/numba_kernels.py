@@ -14,7 +14,9 @@ Kernels where numpy needs many passes over memory, or has no fast routine:
   2.3 ns per element here, 24 of YOLOv5n's 93 ms at batch 1); these use their own exp (Cephes'
   range reduction and polynomial, within 1 ulp), which LLVM vectorises: about 1 ns per element
   on one thread. Results are within 2 float32 ulps of torch (denormal results aside), not
-  bit-equal to the numpy path.
+  bit-equal to the numpy path;
+* softmax over rows in float32 (ViT-Tiny's attention scores, 3x197x197: 0.15 ms against
+  numpy's 0.51), with the same exp; masked (-inf) entries give exact zeros.
 
 The kernels are compiled on first use (1-2.5 s each, cached on disk by numba afterwards) and
 release the GIL, so the numpy backend's own threads split the work.
@@ -25,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["depthwise_channels", "gelu_f32", "silu_f32", "sigmoid_f32", "UNARY", "warm_up"]
+__all__ = ["depthwise_channels", "gelu_f32", "silu_f32", "sigmoid_f32", "softmax_rows_f32", "UNARY", "warm_up"]
 
 
 _OPTS = dict(nogil=True, cache=True, boundscheck=False, fastmath={"contract"})
@@ -274,6 +276,38 @@ def sigmoid_f32(src, dst):  # pragma: no cover - compiled
     _logistic(src, dst, False)
 
 
+@njit(nogil=True, cache=True, boundscheck=False, error_model="numpy", fastmath={"reassoc", "contract"})
+def softmax_rows_f32(src, dst):  # pragma: no cover - compiled
+    """Softmax of each row of C-contiguous float32 ``src`` (rows, n) into ``dst``, with the
+    vectorised exp above. Entries more than 87 below their row's max give exactly 0 (masked
+    -inf scores); a NaN, or a row whose max is infinite, gives a NaN row, as torch's."""
+    rows, n = src.shape
+    sh = np.empty(n, dtype=np.float32)
+    eb = np.empty(n, dtype=np.float32)
+    fb = np.empty(n, dtype=np.float32)
+    ib = fb.view(np.int32)
+    for r in range(rows):
+        s = src[r]
+        m = s[0]
+        for i in range(1, n):
+            v = s[i]
+            m = v if v > m else m
+        for i in range(n):
+            sh[i] = s[i] - m
+        _exp_block(sh, n, False, eb, fb, ib)
+        tot = np.float32(0.0)
+        for i in range(n):
+            e = eb[i] * fb[i]
+            if sh[i] < _X_LO:  # False for NaN: it stays NaN
+                e = _F(0.0)
+            eb[i] = e
+            tot += e
+        inv = _ONE / tot
+        d = dst[r]
+        for i in range(n):
+            d[i] = eb[i] * inv
+
+
 #: elementwise kernels by activation name: ``kernel(src, dst)`` on flat float32 arrays
 UNARY = {"gelu": gelu_f32, "silu": silu_f32, "sigmoid": sigmoid_f32}
 
@@ -286,3 +320,4 @@ def warm_up(dtype=np.float32) -> None:
     if dt == np.float32:
         for kernel in UNARY.values():
             kernel(np.zeros(4, dt), np.zeros(4, dt))
+        softmax_rows_f32(np.zeros((2, 3), dt), np.zeros((2, 3), dt))

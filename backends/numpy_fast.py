@@ -271,7 +271,7 @@ _numba = None  # backends.numba_kernels while the optional compiled kernels are 
 
 def use_numba(flag: bool = True) -> bool:
     """Switch the optional numba kernels (``backends.numba_kernels``: depthwise convolution,
-    float32 GELU, SiLU and sigmoid) on or off for the whole process; returns the previous setting. Off by default (``KUIPER_XP_NUMBA=1``
+    float32 GELU, SiLU, sigmoid and softmax) on or off for the whole process; returns the previous setting. Off by default (``KUIPER_XP_NUMBA=1``
     switches them on at import); the numpy paths stay the reference. Raises ImportError naming
     the package when numba is not installed."""
     global _numba
@@ -2154,6 +2154,12 @@ def softmax_last(x: np.ndarray) -> np.ndarray | None:
         blocks = -(-blocks // k) * k
     rb = -(-rows // blocks)
     ones = np.ones((n, 1), dt)
+    if _numba is not None and dt == np.float32:  # the optional compiled kernel: one pass
+        def run(b0, b1):
+            r0, r1 = b0 * rb, min(rows, b1 * rb)
+            _numba.softmax_rows_f32(src[r0:r1], dst[r0:r1])
+        _parallel(run, -(-rows // rb), x.size)
+        return y
 
     def part(b0, b1):
         with np.errstate(invalid="ignore", over="ignore", under="ignore"):

@@ -192,19 +192,26 @@ def test_softmax_special_values_and_huge_logits(backend):
                      what=op_type)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "numba"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype):
-    """The numpy fast path: row blocks (the last one short) over 3 threads, huge logits, a row
-    with a NaN and an all -inf row (NaN rows, as torch); against torch. Arguments it does not
-    take give None."""
+def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype, compiled):
+    """The numpy fast path (and the optional numba kernel for float32): row blocks (the last
+    one short) over 3 threads, huge logits, a row with a NaN, an all -inf row (NaN rows, as
+    torch), masked -inf entries (exact zeros); against torch. Arguments it does not take give
+    None."""
     from kuiper_xp.backends import numpy_fast as nf
 
+    if compiled:
+        pytest.importorskip("numba")
+        monkeypatch.setattr(nf, "_numba", None)  # restored after the test
+        nf.use_numba(True)
     monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 30)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     x = (np.random.default_rng(5).standard_normal((5, 7, 13)) * 20).astype(dtype)
     x[1, 2, 3] = np.nan
     x[2, 4] = -np.inf
     x[3, 1, :4] = 1e4
+    x[4, 0, 5:9] = -np.inf
     want = torch.softmax(torch.from_numpy(x), -1).numpy()
     old = nf.set_num_threads(3)
     try:
@@ -213,6 +220,7 @@ def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype):
     finally:
         nf.set_num_threads(old)
     assert got.dtype == dtype and np.array_equal(np.isnan(got), np.isnan(want))
+    assert (got[4, 0, 5:9] == 0).all()
     ok = ~np.isnan(want)
     np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-7)
     assert nf.softmax_last(np.ones((2, 3), np.int64)) is None
