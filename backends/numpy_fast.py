@@ -630,7 +630,7 @@ def pad(x: np.ndarray, pads, mode: str = "zeros", value: float = 0.0) -> np.ndar
 #: 5.1 at 32 Ki, where the per-call overheads of the 27 ufunc steps take over; SiLU/sigmoid even)
 UNARY_CHUNK = 1 << 17
 #: the activations :func:`unary` and :func:`activation_inplace` compute (float32/float64 arrays)
-UNARY_ACTIVATIONS = frozenset({"sigmoid", "silu", "hardswish", "hardsigmoid", "gelu", "gelu_tanh"})
+UNARY_ACTIVATIONS = frozenset({"sigmoid", "silu", "hardswish", "hardsigmoid", "gelu", "gelu_tanh", "mish"})
 _SQRT1_2 = 0.70710678118654752440
 _SQRT_2_PI = 0.79788456080286535588
 # float32 erf (the rational approximation of kuiper_xp.layers.activation._erf_float32)
@@ -712,8 +712,21 @@ def _k_gelu(s, d, tmp):
     np.multiply(s, p, out=d)
 
 
+def _k_mish(s, d, tmp):
+    # x * n (n + 2) / (n (n + 2) + 2), n = exp(min(x, 20)): tanh(softplus(x)) from one exp (see
+    # kuiper_xp.layers.activation.Mish)
+    n, p = tmp(0), tmp(1)
+    np.minimum(s, 20.0, out=n)
+    np.exp(n, out=n)
+    np.add(n, 2.0, out=p)
+    p *= n
+    np.add(p, 2.0, out=n)
+    p /= n
+    np.multiply(s, p, out=d)
+
+
 _KERNELS = {"sigmoid": _k_sigmoid, "silu": _k_silu, "hardswish": _k_hardswish,
-            "hardsigmoid": _k_hardsigmoid, "gelu": _k_gelu, "gelu_tanh": _k_gelu_tanh}
+            "hardsigmoid": _k_hardsigmoid, "gelu": _k_gelu, "gelu_tanh": _k_gelu_tanh, "mish": _k_mish}
 
 
 def _memory_order(x: np.ndarray):
@@ -726,12 +739,12 @@ def _memory_order(x: np.ndarray):
     return perm, inv
 
 
-_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 4, "gelu_tanh": 1}
+_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 4, "gelu_tanh": 1, "mish": 2}
 #: weights of the kernels' size against PARALLEL_MIN_ELEMENTS when deciding whether to split a
 #: map over the threads: the transcendental ones pay from 128 Ki elements on (measured on 2 Zen 3
 #: threads: GELU at 200 Ki 0.77 -> 0.62 ms, at 100 Ki 0.37 -> 0.44; smaller pieces lose more to
 #: the GIL hand-offs between their many short ufunc calls than the second thread gives)
-_COST = {"sigmoid": 2, "silu": 2, "hardswish": 1, "hardsigmoid": 1, "gelu": 2, "gelu_tanh": 2}
+_COST = {"sigmoid": 2, "silu": 2, "hardswish": 1, "hardsigmoid": 1, "gelu": 2, "gelu_tanh": 2, "mish": 2}
 
 
 def _chunk_step(n: int, work: int) -> int:

@@ -120,6 +120,26 @@ def test_float64_stays_float64(backend, op_type, params, fn):
     check(run(backend, layer, x), torch_ref(fn, x), rtol=1e-12, atol=1e-13, what=op_type)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("op_type,params,fn", [
+    ("nn.ELU", "alpha=0.7", lambda x: F.elu(x, 0.7)), ("nn.CELU", "alpha=0.5", lambda x: F.celu(x, 0.5)),
+    ("nn.SELU", "", F.selu), ("nn.Mish", "", F.mish), ("F.softplus", "beta=1 threshold=20", F.softplus),
+    ("F.softplus", "beta=0.5 threshold=1.0", lambda x: F.softplus(x, 0.5, 1.0)), ("nn.LogSigmoid", "", F.logsigmoid),
+])
+def test_expm1_log1p_free_activations_keep_relative_accuracy(backend, op_type, params, fn, dtype):
+    """ELU/CELU/SELU, Mish, Softplus and LogSigmoid avoid NumPy's slow expm1/log1p: every
+    element, tiny ones included (1e-30 .. 1e2 of either sign), within a few ulps of torch's
+    float64 result, not only against the map's largest value."""
+    mag = np.logspace(-30, 2, 161)
+    x = np.concatenate([-mag, mag, [0.0, -0.0, np.inf, -np.inf, np.nan]]).astype(dtype)
+    layer = make_layer(backend, op_type, params)
+    got = kuiper_xp.to_numpy(run(backend, layer, x))
+    want = fn(torch.from_numpy(x.astype(np.float64))).numpy().astype(dtype)
+    tiny = np.finfo(dtype).tiny
+    np.testing.assert_allclose(got, want, rtol=4e-6 if dtype == np.float32 else 1e-13, atol=tiny,
+                               equal_nan=True, err_msg=f"{op_type} {params}")
+
+
 def test_activations_on_a_noncontiguous_input(backend):
     """A permuted view (non-contiguous on numpy) goes through unchanged semantics."""
     x = special_input(seed=2)
@@ -353,6 +373,7 @@ FAST_UNARY = {
     "hardsigmoid": ("nn.Hardsigmoid", "", F.hardsigmoid),
     "gelu": ("nn.GELU", "", F.gelu),
     "gelu_tanh": ("nn.GELU", "approximate=tanh", lambda x: F.gelu(x, approximate="tanh")),
+    "mish": ("nn.Mish", "", F.mish),
 }
 
 

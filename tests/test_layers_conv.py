@@ -360,7 +360,7 @@ def test_fused_activation_hook(backend, tmp_path, spec):
 
 
 _NAMED = {"silu": F.silu, "sigmoid": torch.sigmoid, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid,
-          "gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh")}
+          "gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"), "mish": F.mish}
 
 
 @pytest.mark.parametrize("name", sorted(_NAMED))
