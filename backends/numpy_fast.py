@@ -2145,6 +2145,35 @@ def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 
     return y
 
 
+def prelu(x: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """PReLU ``max(x, 0) + w[c] * min(x, 0)`` of a C-contiguous float32/float64 (N, C, ...)
+    array with one slope per channel (``w`` of C values): blocks of (image, channel) planes on
+    the threads, each in four passes while in cache (the generic path makes three whole-size
+    temporaries on one thread: 3.2 ms against torch's 0.23 on 64x128x128). None otherwise."""
+    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim < 2
+            or not x.flags.c_contiguous or x.size == 0 or type(w) is not np.ndarray
+            or w.size != x.shape[1]):
+        return None
+    n, c = x.shape[:2]
+    rest = x.size // (n * c)
+    src = x.reshape(n * c, rest)
+    y = _out(x.shape, x.dtype)
+    dst = y.reshape(n * c, rest)
+    slopes = np.broadcast_to(w.reshape(1, c).astype(x.dtype), (n, c)).reshape(n * c, 1)
+    planes = max(1, NORM_BLOCK_ELEMENTS // rest)
+
+    def part(lo, hi):
+        for r0 in range(lo, hi, planes):
+            r1 = min(hi, r0 + planes)
+            neg = _workspace((r1 - r0, rest), x.dtype, slot=61)
+            np.minimum(src[r0:r1], 0, out=neg)
+            neg *= slopes[r0:r1]
+            np.maximum(src[r0:r1], 0, out=dst[r0:r1])
+            dst[r0:r1] += neg
+    _parallel(part, n * c, x.size)
+    return y
+
+
 def softmax_last(x: np.ndarray) -> np.ndarray | None:
     """Softmax over the last axis of a C-contiguous float32/float64 array (timm-style attention
     scores, classifier heads): blocks of whole rows of about NORM_BLOCK_ELEMENTS, the same

@@ -179,6 +179,31 @@ def test_clamp_with_tensor_bounds(backend):
     check(run(backend, layer, x, lo), expected, what="clamp(x, min=tensor)")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_prelu_plane_blocks_threads(monkeypatch, dtype):
+    """The numpy fast PReLU: plane blocks (the last one short) over 3 threads, NaN and +-inf,
+    slopes of another dtype; against torch. Inputs it does not take give None."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 20)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    x = (np.random.default_rng(3).standard_normal((3, 5, 4, 3)) * 4).astype(dtype)
+    x[0, 1, 2, 1], x[1, 2, 0, 0], x[2, 4, 3, 2] = np.nan, np.inf, -np.inf
+    w = np.linspace(-0.5, 1.5, 5).astype(np.float32)
+    want = F.prelu(torch.from_numpy(x), torch.from_numpy(w.astype(dtype))).numpy()
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            got = nf.prelu(x, w)
+    finally:
+        nf.set_num_threads(old)
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+    assert nf.prelu(x.transpose(0, 2, 3, 1), w) is None
+    assert nf.prelu(x, np.ones(4, dtype)) is None
+    assert nf.prelu(x.astype(np.int32), w) is None
+
+
 def test_prelu_with_weight_input(backend):
     rng = np.random.default_rng(4)
     x = special_input(shape=(2, 3, 5), seed=4)

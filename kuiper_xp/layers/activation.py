@@ -272,6 +272,10 @@ class PReLU(_Unary):
             if x.ndim < 2 or x.shape[1] != n:
                 raise ShapeError(f"{self.op_type} {self.op_name!r}: {n} slopes for an input of shape "
                                  f"{tuple(x.shape)} (channels are dim 1)")
+            fast = getattr(self.backend.fast, "prelu", None)
+            y = None if fast is None else fast(x, w)
+            if y is not None:
+                return y
             w = xp.reshape(w, (n,) + (1,) * (x.ndim - 2))
         else:
             w = xp.reshape(w, ())
