@@ -747,6 +747,18 @@ _N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 4
 _COST = {"sigmoid": 2, "silu": 2, "hardswish": 1, "hardsigmoid": 1, "gelu": 2, "gelu_tanh": 2, "mish": 2}
 
 
+def _row_block(rows: int, width: int, work: int) -> int:
+    """Rows per block for a pass over ``rows`` rows of ``width`` elements costing ``work``:
+    about NORM_BLOCK_ELEMENTS per block, and when the pass is split over the threads, the same
+    number of blocks for each (3 blocks on 2 threads left one thread doing two thirds: ViT-B's
+    400x768 LayerNorm took as long on two threads as on one)."""
+    blocks = -(-rows // max(1, NORM_BLOCK_ELEMENTS // width))
+    k = _threads_now()
+    if k > 1 and work >= PARALLEL_MIN_ELEMENTS and rows >= k:
+        blocks = -(-blocks // k) * k
+    return -(-rows // blocks)
+
+
 def _chunk_step(n: int, work: int) -> int:
     """Chunk length for a flat pass over ``n`` elements costing ``work``: at most UNARY_CHUNK,
     and when the pass is split over the threads, the same number of equal chunks for each (a
@@ -2018,7 +2030,7 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
     dst = y.reshape(rows, d)
     w = None if weight is None else weight.reshape(d)
     b = None if bias is None else bias.reshape(d)
-    step = max(1, NORM_BLOCK_ELEMENTS // d)
+    step = _row_block(rows, d, x.size * 4)
     ones = np.ones((d, 1), x.dtype)
 
     def part(c0, c1):
@@ -2190,11 +2202,7 @@ def softmax_last(x: np.ndarray) -> np.ndarray | None:
     y = _out(x.shape, dt)
     dst = y.reshape(rows, n)
     work = x.size * _COST["sigmoid"]
-    blocks = -(-rows // max(1, NORM_BLOCK_ELEMENTS // n))
-    k = _threads_now()
-    if k > 1 and work >= PARALLEL_MIN_ELEMENTS and rows >= k:
-        blocks = -(-blocks // k) * k
-    rb = -(-rows // blocks)
+    rb = _row_block(rows, n, work)
     ones = np.ones((n, 1), dt)
     if _numba is not None and dt == np.float32:  # the optional compiled kernel: one pass
         def run(b0, b1):
