@@ -271,7 +271,7 @@ _numba = None  # backends.numba_kernels while the optional compiled kernels are 
 
 def use_numba(flag: bool = True) -> bool:
     """Switch the optional numba kernels (``backends.numba_kernels``: depthwise convolution,
-    float32 GELU, SiLU, sigmoid and softmax) on or off for the whole process; returns the previous setting. Off by default (``KUIPER_XP_NUMBA=1``
+    float32 GELU, SiLU, sigmoid and softmax, LayerNorm) on or off for the whole process; returns the previous setting. Off by default (``KUIPER_XP_NUMBA=1``
     switches them on at import); the numpy paths stay the reference. Raises ImportError naming
     the package when numba is not installed."""
     global _numba
@@ -2031,6 +2031,16 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
     w = None if weight is None else weight.reshape(d)
     b = None if bias is None else bias.reshape(d)
     step = _row_block(rows, d, x.size * 4)
+    if _numba is not None:  # the optional compiled kernel: one loop per step and row
+        wn = np.ones(d, x.dtype) if w is None else w
+        bn = np.zeros(d, x.dtype) if b is None else b
+        e = x.dtype.type(eps)
+
+        def run(c0, c1):
+            r0, r1 = c0 * step, min(rows, c1 * step)
+            _numba.layer_norm_rows(src[r0:r1], wn, bn, dst[r0:r1], e)
+        _parallel(run, -(-rows // step), x.size)
+        return y
     ones = np.ones((d, 1), x.dtype)
 
     def part(c0, c1):

@@ -49,13 +49,20 @@ def test_layer_norm(backend, tmp_path, shape, norm_shape, affine, eps):
                params=f"eps={eps:e} normalized_shape={_shape(norm_shape)}", keys=keys)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "numba"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("affine", [True, False])
-def test_numpy_fast_layer_norm_in_row_blocks(monkeypatch, dtype, affine):
-    """The numpy fast path: blocks of a few rows split over 3 threads (last block short), a
-    permuted (non-contiguous) input, float64; against torch. Arguments it does not take (an
-    int input, a weight of another dtype) give None, for the generic path."""
+def test_numpy_fast_layer_norm_in_row_blocks(monkeypatch, dtype, affine, compiled):
+    """The numpy fast path (and the optional numba kernel): blocks of a few rows split over 3
+    threads (last block short), a permuted (non-contiguous) input, float64; against torch.
+    Arguments it does not take (an int input, a weight of another dtype) give None, for the
+    generic path."""
     from kuiper_xp.backends import numpy_fast as nf
+
+    if compiled:
+        pytest.importorskip("numba")
+        monkeypatch.setattr(nf, "_numba", None)  # restored after the test
+        nf.use_numba(True)
 
     monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 40)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
