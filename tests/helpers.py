@@ -116,3 +116,23 @@ def ref(fn, *host):
     if isinstance(out, (tuple, list)):
         return tuple(o.numpy() for o in out)
     return out.numpy()
+
+
+def in_fast_scope(nf, fn, threads=3):
+    """``fn()`` inside a numpy_fast compute scope on ``threads`` threads (the setting restored)."""
+    old = nf.set_num_threads(threads)
+    try:
+        with nf.compute_scope():
+            return fn()
+    finally:
+        nf.set_num_threads(old)
+
+
+def use_compiled(nf, monkeypatch):
+    """Switch numpy_fast's optional numba kernels on for one test (skipped without numba; the
+    previous setting comes back with the monkeypatch)."""
+    import pytest
+
+    pytest.importorskip("numba")
+    monkeypatch.setattr(nf, "_numba", None)
+    nf.use_numba(True)

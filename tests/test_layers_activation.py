@@ -11,7 +11,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import assert_close
-from helpers import export_torch, make_layer, run, run_graph, torch_outputs  # noqa: E402
+from helpers import (  # noqa: E402
+    export_torch,
+    in_fast_scope,
+    make_layer,
+    run,
+    run_graph,
+    torch_outputs,
+    use_compiled,
+)
 
 import kuiper_xp
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -191,12 +199,7 @@ def test_numpy_fast_prelu_plane_blocks_threads(monkeypatch, dtype):
     x[0, 1, 2, 1], x[1, 2, 0, 0], x[2, 4, 3, 2] = np.nan, np.inf, -np.inf
     w = np.linspace(-0.5, 1.5, 5).astype(np.float32)
     want = F.prelu(torch.from_numpy(x), torch.from_numpy(w.astype(dtype))).numpy()
-    old = nf.set_num_threads(3)
-    try:
-        with nf.compute_scope():
-            got = nf.prelu(x, w)
-    finally:
-        nf.set_num_threads(old)
+    got = in_fast_scope(nf, lambda: nf.prelu(x, w))
     assert got.dtype == dtype
     np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
     assert nf.prelu(x.transpose(0, 2, 3, 1), w) is None
@@ -247,9 +250,7 @@ def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype, compiled):
     from kuiper_xp.backends import numpy_fast as nf
 
     if compiled:
-        pytest.importorskip("numba")
-        monkeypatch.setattr(nf, "_numba", None)  # restored after the test
-        nf.use_numba(True)
+        use_compiled(nf, monkeypatch)
     monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 30)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     x = (np.random.default_rng(5).standard_normal((5, 7, 13)) * 20).astype(dtype)
@@ -258,12 +259,7 @@ def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype, compiled):
     x[3, 1, :4] = 1e4
     x[4, 0, 5:9] = -np.inf
     want = torch.softmax(torch.from_numpy(x), -1).numpy()
-    old = nf.set_num_threads(3)
-    try:
-        with nf.compute_scope():
-            got = nf.softmax_last(x)
-    finally:
-        nf.set_num_threads(old)
+    got = in_fast_scope(nf, lambda: nf.softmax_last(x))
     assert got.dtype == dtype and np.array_equal(np.isnan(got), np.isnan(want))
     assert (got[4, 0, 5:9] == 0).all()
     ok = ~np.isnan(want)

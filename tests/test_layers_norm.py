@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
+from helpers import in_fast_scope, use_compiled
 from test_layers_misc import (
     compare_graph,
     export_module,
@@ -60,9 +61,7 @@ def test_numpy_fast_layer_norm_in_row_blocks(monkeypatch, dtype, affine, compile
     from kuiper_xp.backends import numpy_fast as nf
 
     if compiled:
-        pytest.importorskip("numba")
-        monkeypatch.setattr(nf, "_numba", None)  # restored after the test
-        nf.use_numba(True)
+        use_compiled(nf, monkeypatch)
 
     monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 40)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
@@ -70,12 +69,7 @@ def test_numpy_fast_layer_norm_in_row_blocks(monkeypatch, dtype, affine, compile
     w, b = (_x(12).astype(dtype), _x(12).astype(dtype)) if affine else (None, None)
     tw, tb = (torch.from_numpy(w), torch.from_numpy(b)) if affine else (None, None)
     want = F.layer_norm(torch.from_numpy(np.ascontiguousarray(x)), (12,), tw, tb, 1e-3).numpy()
-    old = nf.set_num_threads(3)
-    try:
-        with nf.compute_scope():
-            got = nf.layer_norm(x, 12, w, b, 1e-3)
-    finally:
-        nf.set_num_threads(old)
+    got = in_fast_scope(nf, lambda: nf.layer_norm(x, 12, w, b, 1e-3))
     assert got.shape == x.shape and got.dtype == dtype
     assert_close(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12)
     assert nf.layer_norm(np.ones((2, 12), np.int64), 12) is None
@@ -135,17 +129,12 @@ def test_numpy_fast_group_norm_chunks_threads_activation(monkeypatch, dtype, sha
     ref = F.group_norm(torch.from_numpy(x).double(), groups, torch.from_numpy(w).double(),
                        torch.from_numpy(b).double(), 1e-5)
     rtol = 1e-4 if dtype == np.float32 else 1e-10
-    old = nf.set_num_threads(3)
-    try:
-        with nf.compute_scope():
-            for act, fn in [(None, lambda t: t), ("silu", F.silu), (("clamp", 0.0, 6.0), F.relu6), ("relu", F.relu)]:
-                got = nf.group_norm(x, groups, w, b, 1e-5, act)
-                assert got.shape == x.shape and got.dtype == dtype
-                assert_close(got, fn(ref).numpy().astype(dtype), rtol=rtol, what=str(act))
-            plain = F.group_norm(torch.from_numpy(x).double(), groups, eps=1e-5).numpy().astype(dtype)
-            assert_close(nf.group_norm(x, groups), plain, rtol=rtol, what="no affine")
-    finally:
-        nf.set_num_threads(old)
+    for act, fn in [(None, lambda t: t), ("silu", F.silu), (("clamp", 0.0, 6.0), F.relu6), ("relu", F.relu)]:
+        got = in_fast_scope(nf, lambda act=act: nf.group_norm(x, groups, w, b, 1e-5, act))
+        assert got.shape == x.shape and got.dtype == dtype
+        assert_close(got, fn(ref).numpy().astype(dtype), rtol=rtol, what=str(act))
+    plain = F.group_norm(torch.from_numpy(x).double(), groups, eps=1e-5).numpy().astype(dtype)
+    assert_close(in_fast_scope(nf, lambda: nf.group_norm(x, groups)), plain, rtol=rtol, what="no affine")
     assert nf.group_norm(x.astype(np.float16), groups) is None
     assert nf.group_norm(np.ones(shape, np.int32), groups) is None
     assert nf.group_norm(np.swapaxes(x, -1, -2), groups) is None  # not C-contiguous
