@@ -2213,13 +2213,13 @@ def softmax_last(x: np.ndarray) -> np.ndarray | None:
     dst = y.reshape(rows, n)
     work = x.size * _COST["sigmoid"]
     rb = _row_block(rows, n, work)
-    ones = np.ones((n, 1), dt)
     if _numba is not None and dt == np.float32:  # the optional compiled kernel: one pass
         def run(b0, b1):
             r0, r1 = b0 * rb, min(rows, b1 * rb)
             _numba.softmax_rows_f32(src[r0:r1], dst[r0:r1])
         _parallel(run, -(-rows // rb), x.size)
         return y
+    ones = np.ones((n, 1), dt)
 
     def part(b0, b1):
         with np.errstate(invalid="ignore", over="ignore", under="ignore"):
