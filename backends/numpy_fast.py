@@ -2064,6 +2064,31 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
     return y
 
 
+def _plane_blocks(rows: int, rest: int, work: int, fn) -> None:
+    """``fn(r0, r1)`` over blocks of whole planes (rows of ``rest`` elements) of about
+    NORM_BLOCK_ELEMENTS, the rows split over the threads."""
+    planes = max(1, NORM_BLOCK_ELEMENTS // max(1, rest))
+
+    def part(lo, hi):
+        for r0 in range(lo, hi, planes):
+            fn(r0, min(hi, r0 + planes))
+    _parallel(part, rows, work)
+
+
+def _affine_rows(src: np.ndarray, scale: np.ndarray, shift: np.ndarray, dst: np.ndarray,
+                 activation: Any = None) -> None:
+    """``dst = src * scale + shift`` for 2-D ``src``/``dst`` with one scale and shift per row
+    (``(rows, 1)`` columns), ``activation`` (a spec of :func:`activation_inplace`) applied to
+    each block while it is in cache."""
+    def block(r0, r1):
+        d = dst[r0:r1]
+        np.multiply(src[r0:r1], scale[r0:r1], out=d)
+        d += shift[r0:r1]
+        if activation is not None:
+            activation_inplace(d, activation)
+    _plane_blocks(src.shape[0], src.shape[1], src.size, block)
+
+
 def scale_shift(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarray | None:
     """``x * scale + shift`` with one value per channel (axis 1) of a float32/float64 array: an
     inference BatchNorm that could not be folded into a producer (pre-activation blocks: BN after
@@ -2081,11 +2106,7 @@ def scale_shift(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarr
     dst = y.reshape(n * c, -1)
     rows_s = np.broadcast_to(scale, (n, c)).reshape(n * c, 1)
     rows_b = np.broadcast_to(shift, (n, c)).reshape(n * c, 1)
-
-    def part(lo, hi):
-        np.multiply(src[lo:hi], rows_s[lo:hi], out=dst[lo:hi])
-        dst[lo:hi] += rows_b[lo:hi]
-    _parallel(part, n * c, x.size)
+    _affine_rows(src, rows_s, rows_b, dst)
     return y
 
 
@@ -2117,7 +2138,7 @@ def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 
     # for each other's GIL hand-offs: slower than one thread, measured)
     chunks = -(-per_group // NORM_BLOCK_ELEMENTS)
     step = -(-per_group // chunks)
-    rb = max(1, NORM_BLOCK_ELEMENTS // per_group) if chunks == 1 else 1
+    rb = _row_block(rows, per_group, x.size) if chunks == 1 else 1
     segs = [(r0, min(rows, r0 + rb), k) for r0 in range(0, rows, rb) for k in range(chunks)]
     sums = np.zeros((rows, chunks))
     sq = np.zeros((rows, chunks))
@@ -2150,20 +2171,8 @@ def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 
         shift += bias
     scale = scale.reshape(n * c, 1).astype(dt)
     shift = shift.reshape(n * c, 1).astype(dt)
-    src = x.reshape(n * c, rest)
     y = _out(x.shape, dt)
-    dst = y.reshape(n * c, rest)
-    planes = max(1, NORM_BLOCK_ELEMENTS // max(1, rest))
-
-    def apply_part(lo, hi):
-        for r0 in range(lo, hi, planes):
-            r1 = min(hi, r0 + planes)
-            blk = dst[r0:r1]
-            np.multiply(src[r0:r1], scale[r0:r1], out=blk)
-            blk += shift[r0:r1]
-            if activation is not None:
-                activation_inplace(blk, activation)
-    _parallel(apply_part, n * c, x.size)
+    _affine_rows(x.reshape(n * c, rest), scale, shift, y.reshape(n * c, rest), activation)
     return y
 
 
@@ -2182,17 +2191,14 @@ def prelu(x: np.ndarray, w: np.ndarray) -> np.ndarray | None:
     y = _out(x.shape, x.dtype)
     dst = y.reshape(n * c, rest)
     slopes = np.broadcast_to(w.reshape(1, c).astype(x.dtype), (n, c)).reshape(n * c, 1)
-    planes = max(1, NORM_BLOCK_ELEMENTS // rest)
 
-    def part(lo, hi):
-        for r0 in range(lo, hi, planes):
-            r1 = min(hi, r0 + planes)
-            neg = _workspace((r1 - r0, rest), x.dtype, slot=61)
-            np.minimum(src[r0:r1], 0, out=neg)
-            neg *= slopes[r0:r1]
-            np.maximum(src[r0:r1], 0, out=dst[r0:r1])
-            dst[r0:r1] += neg
-    _parallel(part, n * c, x.size)
+    def block(r0, r1):
+        neg = _workspace((r1 - r0, rest), x.dtype, slot=61)
+        np.minimum(src[r0:r1], 0, out=neg)
+        neg *= slopes[r0:r1]
+        np.maximum(src[r0:r1], 0, out=dst[r0:r1])
+        dst[r0:r1] += neg
+    _plane_blocks(n * c, rest, x.size, block)
     return y
 
 
@@ -2211,7 +2217,7 @@ def softmax_last(x: np.ndarray) -> np.ndarray | None:
     src = x.reshape(rows, n)
     y = _out(x.shape, dt)
     dst = y.reshape(rows, n)
-    work = x.size * _COST["sigmoid"]
+    work = x.size * 2  # exp-bound: weighted as the transcendental activations in _COST
     rb = _row_block(rows, n, work)
     if _numba is not None and dt == np.float32:  # the optional compiled kernel: one pass
         def run(b0, b1):

@@ -514,6 +514,7 @@ class Softmax(_Unary):
     def __init__(self, ctx: BuildContext, dim: int, negate: bool = False, dtype: str | None = None):
         super().__init__(ctx)
         self.dim, self.negate, self.dtype = dim, negate, dtype
+        self._fast_softmax = None if self.log else getattr(ctx.fast, "softmax_last", None)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -537,9 +538,8 @@ class Softmax(_Unary):
                              f"of shape {tuple(x.shape)}")
         if x.ndim == 0:
             return xp.zeros_like(x) if self.log else xp.ones_like(x)
-        fast = getattr(self.backend.fast, "softmax_last", None)
-        if fast is not None and not self.log and d % x.ndim == x.ndim - 1:
-            y = fast(x)
+        if self._fast_softmax is not None and d % x.ndim == x.ndim - 1:
+            y = self._fast_softmax(x)
             if y is not None:
                 return y
         z = x - xp.max(x, axis=d, keepdims=True)

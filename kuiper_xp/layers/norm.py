@@ -47,6 +47,7 @@ class _NormBase(Layer):
         super().__init__(ctx)
         self.weight, self.weight_pos, self.bias, self.bias_pos = weight, weight_pos, bias, bias_pos
         self.where = where
+        self._fast_group_norm = getattr(ctx.fast, "group_norm", None)
 
     def _affine(self, inputs: tuple) -> tuple[Any, Any]:
         w = inputs[self.weight_pos] if self.weight_pos is not None else self.weight
@@ -56,12 +57,11 @@ class _NormBase(Layer):
     def _fast_norm(self, x: Any, rest: tuple, groups: int) -> Any:
         """The backend's ``group_norm`` fast path with the affine and a fused activation (None
         where there is none or it declines: the generic code then runs)."""
-        fast = getattr(self.backend.fast, "group_norm", None)
-        if fast is None:
+        if self._fast_group_norm is None:
             return None
         act = getattr(self, "fused_activation", None)
         w, b = self._affine((x,) + rest)
-        y = fast(x, groups, w, b, self.eps, None if callable(act) else act)
+        y = self._fast_group_norm(x, groups, w, b, self.eps, None if callable(act) else act)
         return act(y) if y is not None and callable(act) else y
 
     def _compute_dtype(self, x: Any) -> Any:
