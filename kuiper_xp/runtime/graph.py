@@ -98,8 +98,19 @@ class RuntimeOperator:
         return f"<RuntimeOperator {self.op.type} {self.op.name!r}>"
 
 
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
 def _dtype_name(dt: Any) -> str:
-    return str(dt).rsplit(".", 1)[-1]
+    """``"float32"`` for numpy's, cupy's or array_api_strict's float32 (memoised: the output
+    check runs it once per step, and numpy's ``str(dtype)`` costs microseconds)."""
+    try:
+        return _DTYPE_NAMES[dt]
+    except KeyError:
+        name = _DTYPE_NAMES[dt] = str(dt).rsplit(".", 1)[-1]
+        return name
+    except TypeError:  # an unhashable dtype object
+        return str(dt).rsplit(".", 1)[-1]
 
 
 class Graph:
