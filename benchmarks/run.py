@@ -213,9 +213,10 @@ def bench_cell(spec, files, batch: int, engines: list[tuple[str, str | None]], a
                 raise RuntimeError("static export: batch 1 only")
             t0 = time.perf_counter()
             runner.load(files, spec)
+            entry["ready_s"] = time.perf_counter() - t0  # file to runnable (session creation)
             prepared = runner.prepare(inputs)
             raw = runner.run(prepared)
-            entry["load_s"] = time.perf_counter() - t0
+            entry["load_s"] = time.perf_counter() - t0  # file to first result
             outs = runner.outputs(raw)
             if engine == "torch":
                 ref = [np.asarray(o) for o in outs]
@@ -405,6 +406,34 @@ def _f(v, fmt="{:.2f}", none="–"):
     return none if v is None else fmt.format(v)
 
 
+def _load(e: dict) -> str:
+    if e.get("ready_s") is None:
+        return _f(e.get("load_s"), "{:.3f}")
+    return f"{e['ready_s']:.3f} / {_f(e.get('load_s'), '{:.3f}')}"
+
+
+def _load_table(result: dict) -> list[str]:
+    """Load times of each kuiper-xp entry against onnxruntime's, both ways of counting."""
+    rows = []
+    for c in result["cells"]:
+        by = {e["label"]: e for e in c["entries"] if not e.get("error")}
+        ort = by.get("onnxruntime")
+        if ort is None or ort.get("ready_s") is None:
+            continue
+        for e in by.values():
+            if e["engine"] != "kuiper" or e.get("ready_s") is None:
+                continue
+            rows.append(f"| {c['model']} | {c['batch']} | {e['label']} | {e['ready_s']:.3f} | "
+                        f"{ort['ready_s']:.3f} | {e['ready_s'] / ort['ready_s']:.2f} | {e['load_s']:.3f} | "
+                        f"{ort['load_s']:.3f} | {e['load_s'] / ort['load_s']:.2f} |")
+    if not rows:
+        return []
+    return ["", "## Load time, kuiper-xp / onnxruntime (s)", "",
+            "ready = file to runnable (onnxruntime: session creation); first = file to first result.", "",
+            "| model | batch | engine | ready | ort ready | ratio | first | ort first | ratio |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|"] + rows
+
+
 def markdown(result: dict) -> str:
     m = result["meta"]
     lines = [f"# kuiper-xp side-by-side benchmark ({m['timestamp']})", "",
@@ -413,14 +442,15 @@ def markdown(result: dict) -> str:
              f"- versions: {', '.join(f'{k} {v}' for k, v in m['versions'].items())}",
              f"- runs: {m['runs']} (warm-up {m['warmup']}), engines interleaved round-robin; "
              "time = median, IQR = q3 - q1 (ms)",
-             "- rel err = max|out - torch| / max|torch| over all outputs; load = file to first result "
-             "(torch: module construction + first forward)",
+             "- rel err = max|out - torch| / max|torch| over all outputs; load = ready / first: file to "
+             "runnable (kuiper-xp: parse + build; onnxruntime: session creation; ncnn: load_param + "
+             "load_model; torch: module construction) / file to first result (ready + the first run)",
              "- peak RSS = high-water RSS (VmHWM) of a fresh process per (engine, model, batch); "
              "Δ = above the same process after importing the engine and reading the input", ""]
     notes = set()
     for cell in result["cells"]:
         lines += [f"## {cell['model']}, batch {cell['batch']} (input {' '.join('x'.join(map(str, s)) for s in cell['input_shapes'])})",
-                  "", "| engine | median ms | IQR ms | min ms | runs | rel err | load s | peak RSS MiB (Δ) | kuiper/engine | note |",
+                  "", "| engine | median ms | IQR ms | min ms | runs | rel err | load s (ready / first) | peak RSS MiB (Δ) | kuiper/engine | note |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         kuipers = [e for e in cell["entries"] if e["engine"] == "kuiper" and e.get("median_ms")]
         for e in cell["entries"]:
@@ -444,7 +474,7 @@ def markdown(result: dict) -> str:
             rat = ", ".join(f"{k['label']}: {k['median_ms'] / e['median_ms']:.2f}" for k in kuipers
                             if e["engine"] != "kuiper") or "–"
             lines.append(f"| {e['label']} | {e['median_ms']:.2f} | {e['iqr_ms']:.2f} | {e['min_ms']:.2f} | "
-                         f"{e['runs']} | {_f(e.get('rel_err'), '{:.1e}')} | {_f(e.get('load_s'), '{:.3f}')} | {mem} | "
+                         f"{e['runs']} | {_f(e.get('rel_err'), '{:.1e}')} | {_load(e)} | {mem} | "
                          f"{rat} | {note.replace('|', '/')} |")
         ref = ISSUE_FIGURES.get((cell["model"], cell["batch"]))
         if ref:
@@ -476,6 +506,7 @@ def markdown(result: dict) -> str:
         for c in result["cells"]:
             lines.append(f"| {c['model']} | {c['batch']} | "
                          + " | ".join(_f(c["ratios"].get(k)) for k in rat_keys) + " |")
+    lines += _load_table(result)
     if notes:
         lines += ["", "Notes:"] + [f"- {n}" for n in sorted(notes)]
     return "\n".join(lines) + "\n"
@@ -567,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
                     if not e.get("error"):
                         log(f"    {e['label']:18s} {e['median_ms']:9.2f} ms  iqr {e['iqr_ms']:7.2f}  "
                             f"min {e['min_ms']:8.2f}  n={e['runs']}  rel err {_f(e.get('rel_err'), '{:.1e}')}"
-                            f"  load {_f(e.get('load_s'))} s"
+                            f"  load {_f(e.get('ready_s'), '{:.3f}')}/{_f(e.get('load_s'), '{:.3f}')} s"
                             + (f"  peak RSS {e['peak_rss_mib']:.0f} MiB" if 'peak_rss_mib' in e else ""))
                 log(f"    ({time.perf_counter() - t0:.0f} s)")
     result["meta"]["wall_s"] = round(time.perf_counter() - t_all, 1)
