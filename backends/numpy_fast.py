@@ -121,7 +121,11 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 #: per-channel (C, 1) weight, L a few hundred to a few thousand) go through its buffers: the
 #: depthwise tap passes over 28x28 maps ran 1.8x slower than with 1024 (rows of 63 elements
 #: want the buffer, rows of 224 to 12544 do not; 1024 serves both)
-UFUNC_BUFSIZE = int(os.environ.get("KUIPER_XP_BUFSIZE", "1024"))
+UFUNC_BUFSIZE = 1024
+try:  # KUIPER_XP_BUFSIZE=N changes it; 0 leaves numpy's own (a value that is not a number: ignored)
+    UFUNC_BUFSIZE = max(0, int(os.environ.get("KUIPER_XP_BUFSIZE", UFUNC_BUFSIZE)))
+except ValueError:
+    pass
 
 _tls = threading.local()
 _NUMBA_AT_IMPORT = os.environ.get("KUIPER_XP_NUMBA", "").strip().lower() in ("1", "true", "yes", "on")
