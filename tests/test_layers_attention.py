@@ -320,12 +320,15 @@ def _sdpa_ref(q, k, v, scale, mask=None):
 
 
 @pytest.mark.parametrize("case", ["vit_b8", "one_item_split_heads", "3d", "5d", "mask_keys", "mask_full",
-                                  "big_scores", "all_masked_row", "float64", "cross_lengths"])
+                                  "big_scores", "all_masked_row", "float64", "cross_lengths",
+                                  "item_blocks", "item_blocks_mask", "item_blocks_big_scores"])
 def test_numpy_fast_attention(case, monkeypatch):
     """numpy_fast.attention (the fused per-block path of MultiheadAttention/SDPA) against torch's
     scaled_dot_product_attention: strided per-head views of one fused QKV tensor, heads split over
     3 threads when there are fewer items than threads, several blocks per thread, masks, scores
-    past the no-shift range, a row with every key masked (NaN, as the generic path), float64."""
+    past the no-shift range, a row with every key masked (NaN, as the generic path), float64;
+    ``item_blocks*``: all heads of two items per block, one stacked product per block (Swin's
+    windows), 7 items so the last block is short."""
     from kuiper_xp.backends import numpy_fast as nf
 
     from kuiper_xp.layers.attention import attend
@@ -335,9 +338,12 @@ def test_numpy_fast_attention(case, monkeypatch):
     rng = np.random.default_rng(11)
     dt = np.float64 if case == "float64" else np.float32
     n, h, lq, s, d = 4, 5, 7, 9, 8
-    lead, mask, scale = (n, h), None, 0.3
     if case == "one_item_split_heads":
         n = 1
+    if case.startswith("item_blocks"):
+        n = 7
+        monkeypatch.setattr(nf, "ATTENTION_BLOCK_BYTES", 2 * h * lq * s * 4)
+    lead, mask, scale = (n, h), None, 0.3
     if case == "cross_lengths":
         lq, s = 3, 11
     if case == "3d":
@@ -348,15 +354,23 @@ def test_numpy_fast_attention(case, monkeypatch):
     q = np.moveaxis(qkv[..., :lq, 0, :, :], -2, -3)  # (..., H, L, D) strided views, as MHA makes
     k = np.moveaxis(qkv[..., :s, 1, :, :], -2, -3)
     v = np.moveaxis(qkv[..., :s, 2, :, :], -2, -3)
-    if case == "big_scores":
+    if case in ("big_scores", "item_blocks_big_scores"):
         q = q * 40.0
-    if case == "mask_keys":
+    if case in ("mask_keys", "item_blocks_mask"):
         mask = np.where(rng.random((n, 1, 1, s)) < 0.3, -np.inf, 0.0).astype(dt)
     if case == "mask_full":
         mask = rng.standard_normal((lq, s)).astype(dt)
     if case == "all_masked_row":
         mask = np.zeros((n, h, lq, s), dt)
         mask[1, 2, 3] = -np.inf
+    scores = []
+    real_ws = nf._workspace
+
+    def spy(shape, dtype, slot=0):
+        if slot == 50:
+            scores.append(tuple(shape))
+        return real_ws(shape, dtype, slot)
+    monkeypatch.setattr(nf, "_workspace", spy)
     old = nf.set_num_threads(3)
     try:
         with nf.compute_scope():
@@ -365,9 +379,11 @@ def test_numpy_fast_attention(case, monkeypatch):
     finally:
         nf.set_num_threads(old)
     assert got.shape == q.shape[:-1] + (d,)
+    if case.startswith("item_blocks"):  # blocks of (items, heads, L, S) scores: 2, 2, 2, 1 items
+        assert sorted(sc[0] for sc in scores) == [1, 2, 2, 2] and all(len(sc) == 4 for sc in scores), scores
     # relative to the largest output; scores of +-300 (big_scores) make float32 softmax sensitive
     # to the order of the scale and the shift (torch differs from the generic path as much)
-    rtol = 1e-12 if dt == np.float64 else 1e-4 if case == "big_scores" else 2e-6
+    rtol = 1e-12 if dt == np.float64 else 1e-4 if case.endswith("big_scores") else 2e-6
     want = _sdpa_ref(q, k, v, scale, mask)
     if case == "all_masked_row":
         assert np.isnan(got[1, 2, 3]).all() and np.isnan(generic[1, 2, 3]).all()  # as torch's MHA
