@@ -72,3 +72,37 @@ def test_backend_roundtrip(backend):
     np.testing.assert_array_equal(kuiper_xp.to_numpy(x), a)
     backend.synchronize()
     assert backend.description
+
+
+def _malloc_tuned_in_fresh_process(env_value):
+    """Start the numpy backend in a fresh interpreter; report whether it tuned malloc."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from kuiper_xp.backends import get_backend, numpy_backend as nb\n"
+            "get_backend('numpy')\n"
+            "print(nb._malloc_tuned)\n")
+    env = dict(os.environ, KUIPER_XP_TUNE_MALLOC=env_value)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip() == "True"
+
+
+def test_numpy_backend_tunes_glibc_malloc_once_and_can_be_told_not_to():
+    """Starting the numpy backend keeps numpy's temporaries of up to 32 MiB in malloc's heap
+    (glibc on Linux); KUIPER_XP_TUNE_MALLOC=0 leaves malloc alone."""
+    import sys
+
+    from kuiper_xp.backends import numpy_backend as nb
+
+    if not sys.platform.startswith("linux"):
+        assert nb.tune_malloc() is False
+        return
+    import ctypes
+
+    if not hasattr(ctypes.CDLL(None), "mallopt"):
+        pytest.skip("not glibc")
+    assert _malloc_tuned_in_fresh_process("1") is True
+    assert _malloc_tuned_in_fresh_process("0") is False
+    assert nb.tune_malloc() is nb.tune_malloc()  # once per process, same answer
