@@ -648,7 +648,8 @@ def pad(x: np.ndarray, pads, mode: str = "zeros", value: float = 0.0) -> np.ndar
 #: 5.1 at 32 Ki, where the per-call overheads of the 27 ufunc steps take over; SiLU/sigmoid even)
 UNARY_CHUNK = 1 << 17
 #: the activations :func:`unary` and :func:`activation_inplace` compute (float32/float64 arrays)
-UNARY_ACTIVATIONS = frozenset({"sigmoid", "silu", "hardswish", "hardsigmoid", "gelu", "gelu_tanh", "mish"})
+UNARY_ACTIVATIONS = frozenset({"sigmoid", "silu", "hardswish", "hardsigmoid", "gelu", "gelu_tanh", "mish",
+                               "tanh"})
 _SQRT1_2 = 0.70710678118654752440
 _SQRT_2_PI = 0.79788456080286535588
 # float32 erf (the rational approximation of kuiper_xp.layers.activation._erf_float32)
@@ -672,6 +673,10 @@ def _k_silu(s, d, tmp):
     np.exp(t, out=t)
     t += 1
     np.divide(s, t, out=d)  # x / (1 + exp(-x)): -inf / inf is NaN, as torch's -inf * 0
+
+
+def _k_tanh(s, d, tmp):
+    np.tanh(s, out=d)
 
 
 def _k_hardswish(s, d, tmp):
@@ -744,7 +749,8 @@ def _k_mish(s, d, tmp):
 
 
 _KERNELS = {"sigmoid": _k_sigmoid, "silu": _k_silu, "hardswish": _k_hardswish,
-            "hardsigmoid": _k_hardsigmoid, "gelu": _k_gelu, "gelu_tanh": _k_gelu_tanh, "mish": _k_mish}
+            "hardsigmoid": _k_hardsigmoid, "gelu": _k_gelu, "gelu_tanh": _k_gelu_tanh, "mish": _k_mish,
+            "tanh": _k_tanh}
 
 
 def _memory_order(x: np.ndarray):
@@ -757,12 +763,14 @@ def _memory_order(x: np.ndarray):
     return perm, inv
 
 
-_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 4, "gelu_tanh": 1, "mish": 2}
+_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 4, "gelu_tanh": 1, "mish": 2,
+            "tanh": 0}
 #: weights of the kernels' size against PARALLEL_MIN_ELEMENTS when deciding whether to split a
 #: map over the threads: the transcendental ones pay from 128 Ki elements on (measured on 2 Zen 3
 #: threads: GELU at 200 Ki 0.77 -> 0.62 ms, at 100 Ki 0.37 -> 0.44; smaller pieces lose more to
 #: the GIL hand-offs between their many short ufunc calls than the second thread gives)
-_COST = {"sigmoid": 2, "silu": 2, "hardswish": 1, "hardsigmoid": 1, "gelu": 2, "gelu_tanh": 2, "mish": 2}
+_COST = {"sigmoid": 2, "silu": 2, "hardswish": 1, "hardsigmoid": 1, "gelu": 2, "gelu_tanh": 2, "mish": 2,
+         "tanh": 2}
 
 
 def _row_block(rows: int, width: int, work: int) -> int:

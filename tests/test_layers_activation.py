@@ -395,6 +395,7 @@ FAST_UNARY = {
     "gelu": ("nn.GELU", "", F.gelu),
     "gelu_tanh": ("nn.GELU", "approximate=tanh", lambda x: F.gelu(x, approximate="tanh")),
     "mish": ("nn.Mish", "", F.mish),
+    "tanh": ("nn.Tanh", "", torch.tanh),
 }
 
 
@@ -477,7 +478,7 @@ def test_fusion_spec_names_the_fast_kernel(backend):
     for name, (op_type, params, _) in FAST_UNARY.items():
         layer = make_layer(backend, op_type, params)
         assert layer.fusion_spec() == (name if backend.fast is not None else None)
-    assert make_layer(backend, "nn.Tanh").fusion_spec() is None
+    assert make_layer(backend, "nn.Softsign").fusion_spec() is None
 
 
 def test_numpy_fast_clamp_fresh_layout_and_nan(monkeypatch):

@@ -374,7 +374,12 @@ class Hardsigmoid(_Unary):
 
 @register("nn.Tanh", "F.tanh", "torch.tanh")
 class Tanh(_Unary):
+    fast_name = "tanh"
+
     def forward(self, x: Any) -> Any:
+        y = self._fast(x)
+        if y is not None:
+            return y
         return self.xp.tanh(self._floating(x))
 
 
