@@ -22,28 +22,30 @@ def list_devices() -> list[str]:
     return ["cpu"]
 
 
-#: glibc malloc settings made once per process when the numpy backend starts (see tune_malloc)
+#: glibc malloc settings of :func:`tune_malloc`
 MALLOC_MMAP_THRESHOLD = 32 << 20
 MALLOC_TRIM_THRESHOLD = 256 << 20
-_malloc_tuned: bool | None = None
+_malloc_tuned = False
 
 
-def tune_malloc() -> bool:
-    """Keep numpy's temporaries out of fresh pages: with glibc's defaults every array over its
-    (adaptive) mmap threshold is a new mapping and freed memory at the heap's top goes back to the
-    OS, so a layer computed by several array operations page-faults its temporaries in on every
-    call (an ELU over 2x64x56x56: 8.1 ms, 2.1 ms with the settings here; an autoencoder with such
-    activations 39-44 -> 28 ms at batch 2). Arrays up to MALLOC_MMAP_THRESHOLD come from the heap
-    and up to MALLOC_TRIM_THRESHOLD of free heap is kept for reuse, as a caching allocator keeps
-    its blocks. Linux with glibc only; ``KUIPER_XP_TUNE_MALLOC=0`` leaves malloc alone. Process
-    wide, done once; True when applied."""
+def tune_malloc(force: bool = False) -> bool:
+    """Keep numpy's temporaries out of fresh pages: with glibc's defaults a large array is often a
+    new mapping and freed memory at the heap's top goes back to the OS, so a layer computed by
+    several array operations can page-fault its temporaries in on every call (an ELU over
+    2x64x56x56: 8.1 ms, 2.1 ms with the settings here; an autoencoder with such activations
+    39-44 -> 28 ms at batch 2). Arrays up to MALLOC_MMAP_THRESHOLD come from the heap and up to
+    MALLOC_TRIM_THRESHOLD of free heap is kept for reuse, as a caching allocator keeps its blocks.
+
+    Process-wide, so a library does not do it behind its host's back: it applies when ``force``
+    (the ``kuiper-xp`` command, whose process is its own) or when ``KUIPER_XP_TUNE_MALLOC=1``;
+    ``KUIPER_XP_TUNE_MALLOC=0`` refuses it even then. Linux with glibc only. True once applied."""
     global _malloc_tuned
-    if _malloc_tuned is not None:
-        return _malloc_tuned
-    _malloc_tuned = False
-    if not sys.platform.startswith("linux"):
+    if _malloc_tuned:
+        return True
+    env = os.environ.get("KUIPER_XP_TUNE_MALLOC", "").strip().lower()
+    if env in ("0", "false", "no", "off") or not (force or env in ("1", "true", "yes", "on")):
         return False
-    if os.environ.get("KUIPER_XP_TUNE_MALLOC", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not sys.platform.startswith("linux"):
         return False
     try:
         import ctypes

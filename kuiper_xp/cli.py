@@ -687,6 +687,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, usage errors
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 2)
+    from kuiper_xp.backends.numpy_backend import tune_malloc
+
+    tune_malloc(force=True)  # the command's process is its own (KUIPER_XP_TUNE_MALLOC=0: not)
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:

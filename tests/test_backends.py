@@ -74,35 +74,37 @@ def test_backend_roundtrip(backend):
     assert backend.description
 
 
-def _malloc_tuned_in_fresh_process(env_value):
-    """Start the numpy backend in a fresh interpreter; report whether it tuned malloc."""
+def _malloc_tuned_in_fresh_process(env_value, cli=False):
+    """Start the numpy backend (or the command line) in a fresh interpreter; report whether
+    malloc was tuned."""
     import os
     import subprocess
     import sys
 
-    code = ("from kuiper_xp.backends import get_backend, numpy_backend as nb\n"
-            "get_backend('numpy')\n"
-            "print(nb._malloc_tuned)\n")
-    env = dict(os.environ, KUIPER_XP_TUNE_MALLOC=env_value)
+    start = ("from kuiper_xp.cli import main\nmain(['backends'])\n" if cli
+             else "from kuiper_xp.backends import get_backend\nget_backend('numpy')\n")
+    code = start + "from kuiper_xp.backends import numpy_backend as nb\nprint(nb._malloc_tuned)\n"
+    env = dict(os.environ)
+    env.pop("KUIPER_XP_TUNE_MALLOC", None)
+    if env_value is not None:
+        env["KUIPER_XP_TUNE_MALLOC"] = env_value
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    return out.stdout.strip() == "True"
+    return out.stdout.strip().splitlines()[-1] == "True"
 
 
-def test_numpy_backend_tunes_glibc_malloc_once_and_can_be_told_not_to():
-    """Starting the numpy backend keeps numpy's temporaries of up to 32 MiB in malloc's heap
-    (glibc on Linux); KUIPER_XP_TUNE_MALLOC=0 leaves malloc alone."""
+def test_malloc_tuning_is_opt_in_for_the_library_and_on_for_the_command():
+    """glibc malloc is process-wide: the library leaves it alone unless KUIPER_XP_TUNE_MALLOC=1;
+    the kuiper-xp command, whose process is its own, tunes it unless KUIPER_XP_TUNE_MALLOC=0."""
     import sys
 
-    from kuiper_xp.backends import numpy_backend as nb
-
     if not sys.platform.startswith("linux"):
-        assert nb.tune_malloc() is False
-        return
+        pytest.skip("glibc malloc: Linux only")
     import ctypes
 
     if not hasattr(ctypes.CDLL(None), "mallopt"):
         pytest.skip("not glibc")
+    assert _malloc_tuned_in_fresh_process(None) is False
     assert _malloc_tuned_in_fresh_process("1") is True
-    assert _malloc_tuned_in_fresh_process("0") is False
-    assert nb.tune_malloc() is nb.tune_malloc()  # once per process, same answer
+    assert _malloc_tuned_in_fresh_process(None, cli=True) is True
+    assert _malloc_tuned_in_fresh_process("0", cli=True) is False
