@@ -902,8 +902,40 @@ def binary(name: str, a: Any, b: Any) -> np.ndarray | None:
     return out
 
 
+def _leaky_block(a: np.ndarray, slope: float, tmp: np.ndarray) -> None:
+    """LeakyReLU in place: max(x, s x) for 0 < s <= 1, min(x, s x) above 1, else s x where x < 0
+    (a slope of 0 would make inf * 0 a NaN for +inf, which torch keeps); NaN stays NaN."""
+    np.multiply(a, slope, out=tmp)
+    if 0.0 < slope <= 1.0:
+        np.maximum(a, tmp, out=a)
+    elif slope > 1.0:
+        np.minimum(a, tmp, out=a)
+    else:
+        np.copyto(a, tmp, where=a < 0)
+
+
+def _leaky_inplace(y: np.ndarray, slope: float) -> np.ndarray:
+    """``("leaky", slope)`` on the fresh array ``y``: in place in chunks split over the threads
+    (the layer's own form made two fresh arrays on one thread)."""
+    if y.dtype.kind != "f" or not y.flags.c_contiguous:
+        tmp = np.empty_like(y)
+        _leaky_block(y, slope, tmp)
+        return y
+    flat = y.reshape(-1)
+    step = _chunk_step(flat.size, flat.size)
+
+    def part(c0, c1):
+        lo, hi = c0 * step, min(flat.size, c1 * step)
+        tmp = _workspace((step,), y.dtype, slot=40)
+        for i in range(lo, hi, step):
+            j = min(hi, i + step)
+            _leaky_block(flat[i:j], slope, tmp[:j - i])
+    _parallel(part, -(-flat.size // step), flat.size)
+    return y
+
+
 def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
-    """Apply a fused activation (``"relu"``, ``("clamp", lo, hi)``, a name from
+    """Apply a fused activation (``"relu"``, ``("clamp", lo, hi)``, ``("leaky", slope)``, a name from
     :data:`UNARY_ACTIVATIONS`, or a callable) to the fresh array ``y``, in place where it can."""
     if isinstance(spec, str) and spec in _KERNELS:
         if y.dtype not in (np.float32, np.float64):
@@ -913,6 +945,8 @@ def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
         flat = y.reshape(-1)
         _run_unary(spec, flat, flat)
         return y
+    if isinstance(spec, tuple) and spec[0] == "leaky":
+        return _leaky_inplace(y, spec[1])
     if spec == "relu":
         lo, hi = 0, None
     elif isinstance(spec, tuple) and spec[0] == "clamp":

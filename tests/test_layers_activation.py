@@ -75,6 +75,8 @@ ELEMENTWISE = [
     ("nn.LeakyReLU", "negative_slope=0.2", lambda x: F.leaky_relu(x, 0.2)),
     ("F.leaky_relu", "", F.leaky_relu),
     ("F.leaky_relu", "negative_slope=-1.5", lambda x: F.leaky_relu(x, -1.5)),
+    ("F.leaky_relu", "negative_slope=0.0", lambda x: F.leaky_relu(x, 0.0)),  # +inf stays +inf
+    ("nn.LeakyReLU", "negative_slope=1.5", lambda x: F.leaky_relu(x, 1.5)),
     ("nn.RReLU", "lower=0.125 upper=0.333333343", nn.RReLU().eval()),
     ("nn.ELU", "alpha=0.7", lambda x: F.elu(x, 0.7)),
     ("F.elu", "alpha=1.0", F.elu),

@@ -339,7 +339,8 @@ def test_reflect_padding_too_large_raises_shape_error(backend, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # the fused-activation hook
 
-@pytest.mark.parametrize("spec", ["relu", ("clamp", -0.5, 0.5), "callable"])
+@pytest.mark.parametrize("spec", ["relu", ("clamp", -0.5, 0.5), "callable", ("leaky", 0.1), ("leaky", 1.5),
+                                  ("leaky", -0.3)])
 def test_fused_activation_hook(backend, tmp_path, spec):
     x, wt, b = rnd(1, 4, 6, 6), rnd(4, 4, 3, 3, seed=1), rnd(4, seed=2)
     ref = F.conv2d(t(x), t(wt), t(b), 1, 1)
@@ -348,6 +349,8 @@ def test_fused_activation_hook(backend, tmp_path, spec):
     elif spec == "callable":
         expected = (ref * 2.0).numpy()
         spec = lambda y: y * 2.0  # noqa: E731
+    elif spec[0] == "leaky":
+        expected = F.leaky_relu(ref, spec[1]).numpy()
     else:
         expected = torch.clamp(ref, -0.5, 0.5).numpy()
     g = op_graph(tmp_path, "nn.Conv2d", _conv_params(4, 4, 3, 1, 1, 1, 1, True, "zeros"), [x], [expected],
@@ -552,7 +555,7 @@ def test_numpy_fast_depthwise_in_channel_blocks(monkeypatch, n, stride, layout):
 
 
 @pytest.mark.parametrize("rows_bytes", [4096, 1 << 20, 0])
-@pytest.mark.parametrize("act", ["silu", "relu", ("clamp", -0.5, 0.25), "gelu", "hardswish"])
+@pytest.mark.parametrize("act", ["silu", "relu", ("clamp", -0.5, 0.25), "gelu", "hardswish", ("leaky", 0.1)])
 def test_numpy_fast_gemm_row_blocks_fuse_the_activation(monkeypatch, act, rows_bytes):
     """With several threads each takes whole blocks of output rows (own im2col, GEMM, activation);
     0 switches that off. Stride 2 with a 6x6 kernel (YOLOv5's stem), stride 1, batch 2, odd
@@ -564,7 +567,10 @@ def test_numpy_fast_gemm_row_blocks_fuse_the_activation(monkeypatch, act, rows_b
         for cin, cout, k, s, p, h, w in [(3, 16, 6, 2, 2, 37, 30), (5, 7, 3, 1, 1, 19, 23)]:
             x, wt, b = rnd(2, cin, h, w), rnd(cout, cin, k, k, seed=1), rnd(cout, seed=2)
             ref = F.conv2d(t(x), t(wt), t(b), s, p)
-            ref = torch.clamp(ref, act[1], act[2]) if isinstance(act, tuple) else torch_act[act](ref)
+            if isinstance(act, tuple):
+                ref = F.leaky_relu(ref, act[1]) if act[0] == "leaky" else torch.clamp(ref, act[1], act[2])
+            else:
+                ref = torch_act[act](ref)
             plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)))
             assert plan.algo == "gemm"
             with nf.compute_scope():
@@ -743,3 +749,27 @@ def test_conv1d_channel_mismatch_message_uses_1d_shapes(tmp_path):
                  [rnd(1, 4, 9)], 1, {"weight": rnd(5, 4, 3)}, annotate=False)
     with pytest.raises(ShapeError, match=r"\(1, 3, 9\).*\(5, 4, 3\)"):
         g(rnd(1, 3, 9))
+
+
+def test_numpy_fast_leaky_inplace_chunks_nan_and_every_slope(monkeypatch):
+    """("leaky", slope) applied in place by activation_inplace: chunks split over 3 threads, NaN
+    and +-inf kept as torch keeps them, slopes in [0, 1], above 1 and negative, a float64 array
+    and a non-contiguous one; against torch."""
+    monkeypatch.setattr(nf, "UNARY_CHUNK", 7)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    base = rnd(3, 5, 11) * 3
+    base[0, 1, 2], base[1, 2, 3], base[2, 3, 4] = np.nan, np.inf, -np.inf
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            for slope in (0.01, 0.0, 1.0, 1.7, -0.4):
+                for x in (base, base.astype(np.float64), base.transpose(2, 0, 1)):
+                    want = F.leaky_relu(t(np.ascontiguousarray(x)), slope).numpy()
+                    y = x.copy() if x.flags.c_contiguous else x.transpose(1, 2, 0).copy().transpose(2, 0, 1)
+                    got = nf.activation_inplace(y, ("leaky", slope))
+                    assert got is y
+                    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+                    assert_close(np.nan_to_num(got, posinf=9, neginf=-9), np.nan_to_num(want, posinf=9, neginf=-9),
+                                 rtol=1e-7, what=f"slope {slope} {x.dtype} c={x.flags.c_contiguous}")
+    finally:
+        nf.set_num_threads(old)

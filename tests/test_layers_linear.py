@@ -175,7 +175,8 @@ def test_pnnx_linear_module_matches_torch(model_backend, linear_zoo_export):
         assert_close(a, e, rtol=1e-5, what=f"output {k}")
 
 
-@pytest.mark.parametrize("spec", ["gelu", "gelu_tanh", "silu", "relu", ("clamp", -0.5, 0.5), "callable"])
+@pytest.mark.parametrize("spec", ["gelu", "gelu_tanh", "silu", "relu", ("clamp", -0.5, 0.5), "callable",
+                                  ("leaky", 0.2)])
 def test_linear_fused_activation(backend, tmp_path, spec):
     """The runtime's fusion hook on Linear: named kernels in place on NumPy (a ValueError on
     backends without them), relu/clamp/callables everywhere."""
@@ -183,7 +184,10 @@ def test_linear_fused_activation(backend, tmp_path, spec):
     ref = F.linear(t(x), t(w), t(b))
     fns = {"gelu": F.gelu, "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"), "silu": F.silu,
            "relu": F.relu, "callable": lambda y: y * 2.0}
-    expected = (torch.clamp(ref, -0.5, 0.5) if isinstance(spec, tuple) else fns[spec](ref)).numpy()
+    if isinstance(spec, tuple):
+        expected = (F.leaky_relu(ref, spec[1]) if spec[0] == "leaky" else torch.clamp(ref, -0.5, 0.5)).numpy()
+    else:
+        expected = fns[spec](ref).numpy()
     g = op_graph(tmp_path, "nn.Linear", {"bias": True, "in_features": 6, "out_features": 5}, [x], [expected],
                  {"weight": w, "bias": b}, backend=backend)
     (layer,) = g.layers

@@ -243,9 +243,13 @@ class LeakyReLU(_Unary):
         return cls(ctx, op.param("negative_slope", float, 0.01))
 
     def forward(self, x: Any) -> Any:
-        if 0.0 <= self.slope <= 1.0:
-            return self.xp.maximum(x, x * self.slope)  # NaN propagates
+        if 0.0 < self.slope <= 1.0:  # NaN propagates (slope 0: inf * 0 would make +inf NaN)
+            return self.xp.maximum(x, x * self.slope)
         return self.xp.where(x < 0, x * self.slope, x)
+
+    def fusion_spec(self) -> Any:
+        """Applied by the producer on its fresh output (on NumPy in place, split over the threads)."""
+        return ("leaky", float(self.slope))
 
 
 @register("nn.PReLU", "F.prelu")

@@ -80,9 +80,34 @@ class Layer:
         return f"<{type(self).__name__} {self.op_type} {self.op_name!r}>"
 
 
+def is_plain_spec(spec: Any) -> bool:
+    """``"relu"``, ``("clamp", lo, hi)`` or ``("leaky", slope)``: the fused activations every
+    backend can apply (:func:`apply_plain_spec`), besides callables and fast kernels' names."""
+    if spec == "relu":
+        return True
+    if not isinstance(spec, tuple) or not spec:
+        return False
+    if spec[0] == "clamp":
+        return len(spec) == 3
+    return spec[0] == "leaky" and len(spec) == 2 and isinstance(spec[1], float)
+
+
+def apply_plain_spec(xp: Any, y: Any, spec: Any) -> Any:
+    """The generic (Array API) form of a :func:`is_plain_spec` activation; NaN stays NaN."""
+    if spec == "relu":
+        return xp.clip(y, min=0.0)
+    if spec[0] == "clamp":
+        return xp.clip(y, min=spec[1], max=spec[2])
+    slope = spec[1]
+    if 0.0 < slope <= 1.0:  # (slope 0: inf * 0 would turn +inf into NaN)
+        return xp.maximum(y, y * slope)
+    return xp.where(y < 0, y * slope, y)
+
+
 class FusesActivation:
     """Mixin for a layer that can take over the activation following it (the runtime's
-    ``set_fused_activation`` hook): ``"relu"``, ``("clamp", lo, hi)``, a callable, or a name from
+    ``set_fused_activation`` hook): ``"relu"``, ``("clamp", lo, hi)``, ``("leaky", slope)``, a
+    callable, or a name from
     the fast backend's ``UNARY_ACTIVATIONS`` (accepted only where the backend has
     ``activation_inplace``). Anything else is a ValueError: the runtime then keeps the
     activation as its own step. :meth:`_activate` applies it to a fresh output."""
@@ -94,9 +119,9 @@ class FusesActivation:
         named = isinstance(spec, str) and spec in getattr(fast, "UNARY_ACTIVATIONS", ())
         if named and getattr(fast, "activation_inplace", None) is None:
             raise ValueError(f"fused activation {spec!r} needs the backend's activation_inplace")
-        if not (named or spec is None or callable(spec) or spec == "relu"
-                or isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "clamp"):
-            raise ValueError(f"fused_activation must be None, 'relu', ('clamp', min, max) or a callable; got {spec!r}")
+        if not (named or spec is None or callable(spec) or is_plain_spec(spec)):
+            raise ValueError("fused_activation must be None, 'relu', ('clamp', min, max), ('leaky', slope) "
+                             f"or a callable; got {spec!r}")
         self.fused_activation = spec
 
     def _activate(self, y: Any) -> Any:
@@ -108,9 +133,7 @@ class FusesActivation:
         fast_act = getattr(self.backend.fast, "activation_inplace", None)
         if fast_act is not None:  # the backend's own arrays: in place, in cache-sized chunks
             return fast_act(y, act)
-        if act == "relu":
-            return self.xp.clip(y, min=0.0)
-        return self.xp.clip(y, min=act[1], max=act[2])
+        return apply_plain_spec(self.xp, y, act)
 
 
 class SpatialLayer(Layer):

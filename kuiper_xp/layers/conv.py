@@ -9,7 +9,7 @@ special cases, Winograd where it wins); the generic Array-API path in :mod:`.fun
 reference.
 
 ``fused_activation`` (None by default) is the hook for the runtime to fold a following
-activation into the convolution: ``"relu"``, ``("clamp", min, max)`` or any callable taking and
+activation into the convolution: ``"relu"``, ``("clamp", min, max)``, ``("leaky", slope)`` or any callable taking and
 returning an array, or (fast path only) a name from the fast backend's ``UNARY_ACTIVATIONS``
 ("silu", "sigmoid", "hardswish", "gelu", ...). The fast path applies all but callables in place
 on the fresh output.
@@ -22,7 +22,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
-from .base import BuildContext, SpatialLayer
+from .base import BuildContext, SpatialLayer, apply_plain_spec, is_plain_spec
 from .registry import register
 
 
@@ -95,11 +95,10 @@ def _check_weight(op: Any, ctx: Any, weight: Any, bias: Any, nd: int, groups: in
 
 
 def _parse_activation(spec: Any) -> Any:
-    if spec is None or callable(spec) or spec == "relu":
+    if spec is None or callable(spec) or is_plain_spec(spec):
         return spec
-    if isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "clamp":
-        return spec
-    raise ValueError(f"fused_activation must be None, 'relu', ('clamp', min, max) or a callable; got {spec!r}")
+    raise ValueError("fused_activation must be None, 'relu', ('clamp', min, max), ('leaky', slope) or a "
+                     f"callable; got {spec!r}")
 
 
 class _ConvBase(SpatialLayer):
@@ -137,10 +136,8 @@ class _ConvBase(SpatialLayer):
         fast_act = getattr(self.backend.fast, "activation_inplace", None) if self._fast_ok else None
         if fast_act is not None and not callable(act):
             return fast_act(y, act)
-        if act == "relu":
-            return self.xp.clip(y, min=0.0)
-        if isinstance(act, tuple):
-            return self.xp.clip(y, min=act[1], max=act[2])
+        if is_plain_spec(act):
+            return apply_plain_spec(self.xp, y, act)
         return act(y)
 
     def _check_channels(self, x: Any, orig_shape: tuple[int, ...], weight_shape: tuple[int, ...],
