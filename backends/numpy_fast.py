@@ -934,8 +934,47 @@ def _leaky_inplace(y: np.ndarray, slope: float) -> np.ndarray:
     return y
 
 
+def _elu_block(a: np.ndarray, alpha: float, scale: float, div: float, t: np.ndarray, w: np.ndarray) -> None:
+    """``scale * (max(x, 0) + alpha * expm1(min(x, 0) / div))`` in place, expm1 of m <= 0 as
+    2t / (1 - t) with t = tanh(m / 2) (numpy's float32 expm1 is a scalar loop; this is the
+    layers' own formula, exact near 0); NaN stays NaN, -inf gives -alpha * scale."""
+    np.minimum(a, 0.0, out=t)
+    t *= 0.5 / div
+    np.tanh(t, out=t)
+    np.subtract(1.0, t, out=w)
+    t += t
+    t /= w
+    t *= alpha
+    np.maximum(a, 0.0, out=a)
+    a += t
+    if scale != 1.0:
+        a *= scale
+
+
+def _elu_inplace(y: np.ndarray, alpha: float, scale: float, div: float) -> np.ndarray:
+    """``("elu", alpha, scale, div)`` on the fresh float array ``y``, in place in chunks split over
+    the threads (ELU, CELU, SELU fused into their producer)."""
+    if not y.flags.c_contiguous:
+        _elu_block(y, alpha, scale, div, np.empty_like(y), np.empty_like(y))
+        return y
+    flat = y.reshape(-1)
+    step = _chunk_step(flat.size, flat.size * 2)
+
+    def part(c0, c1):
+        lo, hi = c0 * step, min(flat.size, c1 * step)
+        t = _workspace((step,), y.dtype, slot=40)
+        w = _workspace((step,), y.dtype, slot=41)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for i in range(lo, hi, step):
+                j = min(hi, i + step)
+                _elu_block(flat[i:j], alpha, scale, div, t[:j - i], w[:j - i])
+    _parallel(part, -(-flat.size // step), flat.size * 2)
+    return y
+
+
 def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
-    """Apply a fused activation (``"relu"``, ``("clamp", lo, hi)``, ``("leaky", slope)``, a name from
+    """Apply a fused activation (``"relu"``, ``("clamp", lo, hi)``, ``("leaky", slope)``,
+    ``("elu", alpha, scale, divisor)``, a name from
     :data:`UNARY_ACTIVATIONS`, or a callable) to the fresh array ``y``, in place where it can."""
     if isinstance(spec, str) and spec in _KERNELS:
         if y.dtype not in (np.float32, np.float64):
@@ -947,6 +986,10 @@ def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
         return y
     if isinstance(spec, tuple) and spec[0] == "leaky":
         return _leaky_inplace(y, spec[1])
+    if isinstance(spec, tuple) and spec[0] == "elu":
+        if y.dtype.kind != "f":  # (producers make float outputs; as torch, ELU of ints is float)
+            y = y.astype(np.float32)
+        return _elu_inplace(y, *spec[1:])
     if spec == "relu":
         lo, hi = 0, None
     elif isinstance(spec, tuple) and spec[0] == "clamp":

@@ -340,7 +340,8 @@ def test_reflect_padding_too_large_raises_shape_error(backend, tmp_path):
 # the fused-activation hook
 
 @pytest.mark.parametrize("spec", ["relu", ("clamp", -0.5, 0.5), "callable", ("leaky", 0.1), ("leaky", 1.5),
-                                  ("leaky", -0.3)])
+                                  ("leaky", -0.3), ("elu", 0.7, 1.0, 1.0), ("elu", 1.5, 1.0, 1.5),
+                                  ("elu", 1.6732632423543772, 1.0507009873554805, 1.0)])
 def test_fused_activation_hook(backend, tmp_path, spec):
     x, wt, b = rnd(1, 4, 6, 6), rnd(4, 4, 3, 3, seed=1), rnd(4, seed=2)
     ref = F.conv2d(t(x), t(wt), t(b), 1, 1)
@@ -351,6 +352,9 @@ def test_fused_activation_hook(backend, tmp_path, spec):
         spec = lambda y: y * 2.0  # noqa: E731
     elif spec[0] == "leaky":
         expected = F.leaky_relu(ref, spec[1]).numpy()
+    elif spec[0] == "elu":  # ELU, CELU (divisor alpha), SELU (its constants)
+        fn_ = {1.0: lambda r: F.elu(r, spec[1]), 1.5: lambda r: F.celu(r, spec[1])}.get(spec[3])
+        expected = (F.selu(ref) if spec[2] != 1.0 else fn_(ref)).numpy()
     else:
         expected = torch.clamp(ref, -0.5, 0.5).numpy()
     g = op_graph(tmp_path, "nn.Conv2d", _conv_params(4, 4, 3, 1, 1, 1, 1, True, "zeros"), [x], [expected],
@@ -771,5 +775,33 @@ def test_numpy_fast_leaky_inplace_chunks_nan_and_every_slope(monkeypatch):
                     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
                     assert_close(np.nan_to_num(got, posinf=9, neginf=-9), np.nan_to_num(want, posinf=9, neginf=-9),
                                  rtol=1e-7, what=f"slope {slope} {x.dtype} c={x.flags.c_contiguous}")
+    finally:
+        nf.set_num_threads(old)
+
+
+def test_numpy_fast_elu_inplace_chunks_specials(monkeypatch):
+    """("elu", alpha, scale, divisor) in place: ELU, CELU and SELU over chunks on 3 threads, NaN and
+    +-inf and values near 0 (expm1 exact there), float64, a non-contiguous array; against torch."""
+    monkeypatch.setattr(nf, "UNARY_CHUNK", 7)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    base = rnd(3, 5, 11) * 3
+    base[0, 0, :4] = [1e-30, -1e-30, -1e-6, 1e-6]
+    base[0, 1, 2], base[1, 2, 3], base[2, 3, 4] = np.nan, np.inf, -np.inf
+    cases = [(("elu", 1.0, 1.0, 1.0), lambda x: F.elu(x)), (("elu", 0.3, 1.0, 1.0), lambda x: F.elu(x, 0.3)),
+             (("elu", 2.0, 1.0, 2.0), lambda x: F.celu(x, 2.0)),
+             (("elu", 1.6732632423543772, 1.0507009873554805, 1.0), F.selu)]
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            for spec, ref_fn in cases:
+                for x in (base, base.astype(np.float64), base.transpose(2, 0, 1)):
+                    want = ref_fn(t(np.ascontiguousarray(x))).numpy()
+                    y = x.copy() if x.flags.c_contiguous else x.transpose(1, 2, 0).copy().transpose(2, 0, 1)
+                    got = nf.activation_inplace(y, spec)
+                    assert got is y
+                    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+                    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+                    ok = np.isfinite(want)
+                    np.testing.assert_allclose(got[ok], want[ok], rtol=2e-6, atol=0, err_msg=str(spec))
     finally:
         nf.set_num_threads(old)

@@ -302,6 +302,9 @@ class ELU(_Unary):
         x = self._floating(x)
         return self._relu(x) + self._expm1_neg(self._min0(x)) * self.alpha
 
+    def fusion_spec(self) -> Any:
+        return ("elu", float(self.alpha), 1.0, 1.0)
+
 
 @register("nn.CELU", "F.celu")
 class CELU(_Unary):
@@ -322,6 +325,9 @@ class CELU(_Unary):
         x = self._floating(x)
         return self._relu(x) + self._expm1_neg(self._min0(x) / self.alpha) * self.alpha
 
+    def fusion_spec(self) -> Any:
+        return ("elu", float(self.alpha), 1.0, float(self.alpha))
+
 
 @register("nn.SELU", "F.selu", "torch.selu")
 class SELU(_Unary):
@@ -330,6 +336,9 @@ class SELU(_Unary):
     def forward(self, x: Any) -> Any:
         x = self._floating(x)
         return (self._relu(x) + self._expm1_neg(self._min0(x)) * _SELU_ALPHA) * _SELU_SCALE
+
+    def fusion_spec(self) -> Any:
+        return ("elu", float(_SELU_ALPHA), float(_SELU_SCALE), 1.0)
 
 
 @register("nn.SiLU", "F.silu")

@@ -81,7 +81,8 @@ class Layer:
 
 
 def is_plain_spec(spec: Any) -> bool:
-    """``"relu"``, ``("clamp", lo, hi)`` or ``("leaky", slope)``: the fused activations every
+    """``"relu"``, ``("clamp", lo, hi)``, ``("leaky", slope)`` or ``("elu", alpha, scale, divisor)``
+    (ELU, CELU, SELU): the fused activations every
     backend can apply (:func:`apply_plain_spec`), besides callables and fast kernels' names."""
     if spec == "relu":
         return True
@@ -89,6 +90,8 @@ def is_plain_spec(spec: Any) -> bool:
         return False
     if spec[0] == "clamp":
         return len(spec) == 3
+    if spec[0] == "elu":  # ("elu", alpha, scale, divisor): ELU, CELU and SELU
+        return len(spec) == 4 and all(isinstance(v, float) for v in spec[1:]) and spec[3] != 0.0
     return spec[0] == "leaky" and len(spec) == 2 and isinstance(spec[1], float)
 
 
@@ -98,6 +101,10 @@ def apply_plain_spec(xp: Any, y: Any, spec: Any) -> Any:
         return xp.clip(y, min=0.0)
     if spec[0] == "clamp":
         return xp.clip(y, min=spec[1], max=spec[2])
+    if spec[0] == "elu":  # scale * (max(x, 0) + alpha * expm1(min(x, 0) / divisor))
+        _, alpha, scale, div = spec
+        r = xp.clip(y, min=0.0) + xp.expm1(xp.clip(y, max=0.0) / div) * alpha  # clip keeps NaN
+        return r * scale if scale != 1.0 else r
     slope = spec[1]
     if 0.0 < slope <= 1.0:  # (slope 0: inf * 0 would turn +inf into NaN)
         return xp.maximum(y, y * slope)
