@@ -67,6 +67,7 @@ __all__ = [
     "layer_norm",
     "scale_shift",
     "resize_taps",
+    "pixel_shuffle",
     "use_numba",
     "numba_enabled",
 ]
@@ -2415,6 +2416,31 @@ def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
 
 
 # -- linear ----------------------------------------------------------------------------------------
+def pixel_shuffle(x: np.ndarray, r: int, inverse: bool = False) -> np.ndarray | None:
+    """``F.pixel_shuffle(x, r)`` (``inverse``: ``F.pixel_unshuffle``) of an array of 3 or more
+    dims as one strided copy per thread into a pooled output, the inner loop running along the
+    rows (the generic reshape-permute-reshape copied with inner loops of r elements: ESPCN's
+    27x224x224 -> 3x672x672 took 2.2 ms, 1.5 here). None when ``x`` does not fit (the caller
+    checks the shape first)."""
+    if type(x) is not np.ndarray or x.ndim < 3:
+        return None
+    lead = x.shape[:-3]
+    nn_ = math.prod(lead)
+    if inverse:
+        c, h, w = x.shape[-3], x.shape[-2] // r, x.shape[-1] // r
+        out = _out(lead + (c * r * r, h, w), x.dtype)
+        dst = out.reshape(nn_ * c, r, r, h, w)
+        src = x.reshape(nn_ * c, h, r, w, r).transpose(0, 2, 4, 1, 3)
+    else:
+        c, h, w = x.shape[-3] // (r * r), x.shape[-2], x.shape[-1]
+        out = _out(lead + (c, h * r, w * r), x.dtype)
+        dst = out.reshape(nn_ * c, h, r, w, r).transpose(0, 2, 4, 1, 3)
+        src = x.reshape(nn_ * c, r, r, h, w)
+    # split over images x channels when there are enough of them, else over the r row phases
+    _copy_channels(dst, src, axis=0 if nn_ * c >= 2 * _threads_now() else 1)
+    return out
+
+
 def pack_linear(weight) -> np.ndarray:
     """``W^T`` as an (in, out) view of the (out, in) weight (BLAS reads it transposed)."""
     return np.asarray(weight).T

@@ -245,3 +245,27 @@ def test_numpy_fast_resize_is_the_generic_path_bit_for_bit(monkeypatch, line, sh
             generic = layer.forward(x)
         np.testing.assert_array_equal(fast, generic)
         assert fast.dtype == dtype and fast.flags.c_contiguous
+
+
+@pytest.mark.parametrize("shape, r", [((2, 2 * 9, 5, 7), 3), ((1, 3 * 4, 9, 6), 2), ((3, 2, 4, 8, 4, 5), 2),
+                                      ((4 * 4, 3, 5), 4)])
+def test_numpy_fast_pixel_shuffle_and_unshuffle(monkeypatch, shape, r):
+    """numpy_fast.pixel_shuffle (and inverse=True) on 3 threads: split over images x channels or,
+    with fewer of them than threads, over the row phases; extra leading axes, no batch axis;
+    float64 and uint8 alike; against torch."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    old = nf.set_num_threads(3)
+    try:
+        for dt in (np.float32, np.float64, np.uint8):
+            x = (np.random.default_rng(3).random(shape) * 200).astype(dt)
+            with nf.compute_scope():
+                got = nf.pixel_shuffle(x, r)
+                back = nf.pixel_shuffle(got, r, inverse=True)
+            want = F.pixel_shuffle(torch.from_numpy(x), r).numpy()
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(back, F.pixel_unshuffle(torch.from_numpy(want), r).numpy())
+            np.testing.assert_array_equal(back, x)
+    finally:
+        nf.set_num_threads(old)

@@ -279,6 +279,10 @@ class PixelShuffle(Layer):
             raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: channels must be divisible by {r * r}")
         lead = tuple(x.shape[:-3])
         c, h, w = x.shape[-3] // (r * r), x.shape[-2], x.shape[-1]
+        fast = getattr(self.backend.fast, "pixel_shuffle", None)
+        y = None if fast is None else fast(x, r)
+        if y is not None:
+            return y
         n = len(lead)
         y = xp.reshape(x, lead + (c, r, r, h, w))
         y = xp.permute_dims(y, tuple(range(n)) + tuple(n + a for a in (0, 3, 1, 4, 2)))
@@ -306,6 +310,10 @@ class PixelUnshuffle(Layer):
             raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: height and width must be divisible by {r}")
         lead = tuple(x.shape[:-3])
         c, h, w = x.shape[-3], x.shape[-2] // r, x.shape[-1] // r
+        fast = getattr(self.backend.fast, "pixel_shuffle", None)
+        y = None if fast is None else fast(x, r, inverse=True)
+        if y is not None:
+            return y
         n = len(lead)
         y = xp.reshape(x, lead + (c, h, r, w, r))
         y = xp.permute_dims(y, tuple(range(n)) + tuple(n + a for a in (0, 2, 4, 1, 3)))
