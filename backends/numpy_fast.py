@@ -801,17 +801,25 @@ def _chunk_step(n: int, work: int) -> int:
 def _run_unary(name: str, src: np.ndarray, dst: np.ndarray) -> None:
     """Kernel ``name`` over flat C-contiguous ``src``/``dst`` (may be the same array) in chunks
     of UNARY_CHUNK elements, with per-thread chunk-sized temporaries."""
-    kernel, n_tmp = _KERNELS[name], _N_TEMPS[name]
     n = src.size
-    dt = src.dtype
-    compiled = _numba.UNARY.get(name) if _numba is not None and dt == np.float32 else None
-    work = n * (1 if compiled is not None else _COST[name])
-    step = _chunk_step(n, work)
+    compiled = _numba.UNARY.get(name) if _numba is not None and src.dtype == np.float32 else None
     if compiled is not None:  # the optional numba kernel: one pass
+        step = _chunk_step(n, n)
+
         def run(c0, c1):
             compiled(src[c0 * step: c1 * step], dst[c0 * step: c1 * step])
-        _parallel(run, -(-n // step), work)
+        _parallel(run, -(-n // step), n)
         return
+    _run_kernel(_KERNELS[name], _N_TEMPS[name], n * _COST[name], src, dst)
+
+
+def _run_kernel(kernel, n_tmp: int, work: int, src: np.ndarray, dst: np.ndarray) -> None:
+    """``kernel(src_chunk, dst_chunk, tmp)`` over flat C-contiguous ``src``/``dst`` (may be the
+    same array) in chunks of at most UNARY_CHUNK elements split over the threads when ``work``
+    is worth it; ``tmp(k)`` is the k-th of ``n_tmp`` per-thread chunk-sized temporaries."""
+    n = src.size
+    dt = src.dtype
+    step = _chunk_step(n, work)
 
     def part(c0, c1):
         lo, hi = c0 * step, min(n, c1 * step)
@@ -919,19 +927,10 @@ def _leaky_inplace(y: np.ndarray, slope: float) -> np.ndarray:
     """``("leaky", slope)`` on the fresh array ``y``: in place in chunks split over the threads
     (the layer's own form made two fresh arrays on one thread)."""
     if y.dtype.kind != "f" or not y.flags.c_contiguous:
-        tmp = np.empty_like(y)
-        _leaky_block(y, slope, tmp)
+        _leaky_block(y, slope, np.empty_like(y))
         return y
     flat = y.reshape(-1)
-    step = _chunk_step(flat.size, flat.size)
-
-    def part(c0, c1):
-        lo, hi = c0 * step, min(flat.size, c1 * step)
-        tmp = _workspace((step,), y.dtype, slot=40)
-        for i in range(lo, hi, step):
-            j = min(hi, i + step)
-            _leaky_block(flat[i:j], slope, tmp[:j - i])
-    _parallel(part, -(-flat.size // step), flat.size)
+    _run_kernel(lambda s, d, tmp: _leaky_block(d, slope, tmp(0)), 1, flat.size, flat, flat)
     return y
 
 
@@ -959,17 +958,7 @@ def _elu_inplace(y: np.ndarray, alpha: float, scale: float, div: float) -> np.nd
         _elu_block(y, alpha, scale, div, np.empty_like(y), np.empty_like(y))
         return y
     flat = y.reshape(-1)
-    step = _chunk_step(flat.size, flat.size * 2)
-
-    def part(c0, c1):
-        lo, hi = c0 * step, min(flat.size, c1 * step)
-        t = _workspace((step,), y.dtype, slot=40)
-        w = _workspace((step,), y.dtype, slot=41)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            for i in range(lo, hi, step):
-                j = min(hi, i + step)
-                _elu_block(flat[i:j], alpha, scale, div, t[:j - i], w[:j - i])
-    _parallel(part, -(-flat.size // step), flat.size * 2)
+    _run_kernel(lambda s, d, tmp: _elu_block(d, alpha, scale, div, tmp(0), tmp(1)), 2, flat.size * 2, flat, flat)
     return y
 
 
@@ -1949,6 +1938,19 @@ def attention(q, k, v, scale: float, mask=None):
     ones = np.ones((S, 1), dt)
     D = k.shape[-1]
 
+    def softmax_rows(a):
+        """Softmax along the rows of the 2-D score block ``a``, in place. The shift by each
+        row's max only guards exp against overflow (and a row against underflowing whole):
+        scores within +-SOFTMAX_NO_SHIFT need none, and two whole-block reductions are ~7x
+        cheaper than a max per (short) row."""
+        hi_, lo_ = a.max(), a.min()
+        if not (-SOFTMAX_NO_SHIFT < lo_ and hi_ < SOFTMAX_NO_SHIFT):  # NaN fails this too
+            a -= np.max(a, axis=-1, keepdims=True)
+        np.exp(a, out=a)
+        tot = _workspace((a.shape[0], 1), dt, slot=52)
+        np.matmul(a, ones, out=tot)  # row sums as a product: 3x faster on short rows
+        a /= tot
+
     def group(gu):
         """One block of units: their scores side by side in one workspace, so each softmax
         step is one ufunc call over all of them (calls on ~30 Ki elements do not run
@@ -1969,16 +1971,7 @@ def attention(q, k, v, scale: float, mask=None):
             views.append(sc)
         if mask is None:
             sc_all *= scale
-        # the shift by each row's max only guards exp against overflow (and a row against
-        # underflowing whole): scores within +-SOFTMAX_NO_SHIFT need none, and two whole-block
-        # reductions are ~7x cheaper than a max per (short) row
-        hi_, lo_ = sc_all.max(), sc_all.min()
-        if not (-SOFTMAX_NO_SHIFT < lo_ and hi_ < SOFTMAX_NO_SHIFT):  # NaN fails this too
-            sc_all -= np.max(sc_all, axis=-1, keepdims=True)
-        np.exp(sc_all, out=sc_all)
-        tot = _workspace((rows, 1), dt, slot=52)
-        np.matmul(sc_all, ones, out=tot)  # row sums as a product: 3x faster on short rows
-        sc_all /= tot
+        softmax_rows(sc_all)
         for (it, h0, h1), sc in zip(gu, views):
             np.matmul(sc, v[it][h0:h1], out=out[it][h0:h1])
 
@@ -2001,14 +1994,7 @@ def attention(q, k, v, scale: float, mask=None):
                     np.matmul(q[i0:i1], kt, out=sc)
                     if mask is not None:
                         sc += mask[i0:i1]
-                    flat = _view(sc, (m * H * L, S))
-                    hi_, lo_ = flat.max(), flat.min()
-                    if not (-SOFTMAX_NO_SHIFT < lo_ and hi_ < SOFTMAX_NO_SHIFT):
-                        flat -= np.max(flat, axis=-1, keepdims=True)
-                    np.exp(flat, out=flat)
-                    tot = _workspace((m * H * L, 1), dt, slot=52)
-                    np.matmul(flat, ones, out=tot)
-                    flat /= tot
+                    softmax_rows(_view(sc, (m * H * L, S)))
                     np.matmul(sc, v[i0:i1], out=out[i0:i1])
         _parallel(run_items, blocks, work)
         return out
