@@ -82,8 +82,8 @@ class Layer:
 
 def is_plain_spec(spec: Any) -> bool:
     """``"relu"``, ``("clamp", lo, hi)``, ``("leaky", slope)`` or ``("elu", alpha, scale, divisor)``
-    (ELU, CELU, SELU): the fused activations every
-    backend can apply (:func:`apply_plain_spec`), besides callables and fast kernels' names."""
+    (ELU, CELU, SELU): the fused activations every backend can apply (:func:`apply_plain_spec`),
+    besides callables and fast kernels' names."""
     if spec == "relu":
         return True
     if not isinstance(spec, tuple) or not spec:
@@ -111,10 +111,18 @@ def apply_plain_spec(xp: Any, y: Any, spec: Any) -> Any:
     return xp.where(y < 0, y * slope, y)
 
 
+def checked_activation(spec: Any) -> Any:
+    """``spec`` if it is None, a callable or a :func:`is_plain_spec` activation, else the
+    ValueError that makes the runtime keep the activation as its own step."""
+    if spec is None or callable(spec) or is_plain_spec(spec):
+        return spec
+    raise ValueError("fused_activation must be None, 'relu', ('clamp', min, max), ('leaky', slope), "
+                     f"('elu', alpha, scale, divisor) or a callable; got {spec!r}")
+
+
 class FusesActivation:
     """Mixin for a layer that can take over the activation following it (the runtime's
-    ``set_fused_activation`` hook): ``"relu"``, ``("clamp", lo, hi)``, ``("leaky", slope)``, a
-    callable, or a name from
+    ``set_fused_activation`` hook): a :func:`is_plain_spec` activation, a callable, or a name from
     the fast backend's ``UNARY_ACTIVATIONS`` (accepted only where the backend has
     ``activation_inplace``). Anything else is a ValueError: the runtime then keeps the
     activation as its own step. :meth:`_activate` applies it to a fresh output."""
@@ -126,10 +134,7 @@ class FusesActivation:
         named = isinstance(spec, str) and spec in getattr(fast, "UNARY_ACTIVATIONS", ())
         if named and getattr(fast, "activation_inplace", None) is None:
             raise ValueError(f"fused activation {spec!r} needs the backend's activation_inplace")
-        if not (named or spec is None or callable(spec) or is_plain_spec(spec)):
-            raise ValueError("fused_activation must be None, 'relu', ('clamp', min, max), ('leaky', slope) "
-                             f"or a callable; got {spec!r}")
-        self.fused_activation = spec
+        self.fused_activation = spec if named else checked_activation(spec)
 
     def _activate(self, y: Any) -> Any:
         act = self.fused_activation

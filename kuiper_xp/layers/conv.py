@@ -9,8 +9,9 @@ special cases, Winograd where it wins); the generic Array-API path in :mod:`.fun
 reference.
 
 ``fused_activation`` (None by default) is the hook for the runtime to fold a following
-activation into the convolution: ``"relu"``, ``("clamp", min, max)``, ``("leaky", slope)`` or any callable taking and
-returning an array, or (fast path only) a name from the fast backend's ``UNARY_ACTIVATIONS``
+activation into the convolution: ``"relu"``, ``("clamp", min, max)``, ``("leaky", slope)``,
+``("elu", alpha, scale, divisor)`` or any callable taking and returning an array, or (fast path
+only) a name from the fast backend's ``UNARY_ACTIVATIONS``
 ("silu", "sigmoid", "hardswish", "gelu", ...). The fast path applies all but callables in place
 on the fresh output.
 """
@@ -22,7 +23,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
-from .base import BuildContext, SpatialLayer, apply_plain_spec, is_plain_spec
+from .base import BuildContext, SpatialLayer, apply_plain_spec, checked_activation, is_plain_spec
 from .registry import register
 
 
@@ -94,13 +95,6 @@ def _check_weight(op: Any, ctx: Any, weight: Any, bias: Any, nd: int, groups: in
     return weight, kh, kw
 
 
-def _parse_activation(spec: Any) -> Any:
-    if spec is None or callable(spec) or is_plain_spec(spec):
-        return spec
-    raise ValueError("fused_activation must be None, 'relu', ('clamp', min, max), ('leaky', slope) or a "
-                     f"callable; got {spec!r}")
-
-
 class _ConvBase(SpatialLayer):
     fused_activation: Any = None
 
@@ -113,7 +107,7 @@ class _ConvBase(SpatialLayer):
                 raise ValueError(f"fused activation {spec!r} needs the backend's fast path")
             self.fused_activation = spec
             return
-        self.fused_activation = _parse_activation(spec)
+        self.fused_activation = checked_activation(spec)
 
     def _weight_and_bias(self, inputs: tuple[Any, ...]) -> tuple[Any, Any]:
         """The built weight and bias, or those given as operator inputs (``F.conv2d``)."""
