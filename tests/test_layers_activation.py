@@ -261,11 +261,15 @@ def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype, compiled):
     x[3, 1, :4] = 1e4
     x[4, 0, 5:9] = -np.inf
     want = torch.softmax(torch.from_numpy(x), -1).numpy()
-    got = in_fast_scope(nf, lambda: nf.softmax_last(x))
-    assert got.dtype == dtype and np.array_equal(np.isnan(got), np.isnan(want))
-    assert (got[4, 0, 5:9] == 0).all()
     ok = ~np.isnan(want)
-    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-7)
+    # blocks within +-SOFTMAX_NO_SHIFT take exp unshifted (most blocks of 2 rows here), the
+    # others (NaN, -inf, 1e4) are shifted by their row max; a bound of 0 shifts every block
+    for bound in (nf.SOFTMAX_NO_SHIFT, 0.0):
+        monkeypatch.setattr(nf, "SOFTMAX_NO_SHIFT", bound)
+        got = in_fast_scope(nf, lambda: nf.softmax_last(x))
+        assert got.dtype == dtype and np.array_equal(np.isnan(got), np.isnan(want))
+        assert (got[4, 0, 5:9] == 0).all()
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-7)
     assert nf.softmax_last(np.ones((2, 3), np.int64)) is None
     assert nf.softmax_last(np.swapaxes(x, 0, 1)) is None
 

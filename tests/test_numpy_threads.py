@@ -3,6 +3,7 @@ inside a compute scope, and OpenBLAS pinned to one thread there and restored aft
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -108,6 +109,57 @@ def test_scope_sets_the_ufunc_buffer_on_every_thread_and_restores_it(threads3):
     assert sorted(seen) == [0, 1, 2]
     assert set(seen.values()) == {nf.UFUNC_BUFSIZE}
     assert np.getbufsize() == before
+
+
+def _affinity_or_skip():
+    if not nf._HAS_AFFINITY or nf._current_cpu() is None:
+        pytest.skip("no sched_setaffinity / sched_getcpu here")
+    mask = os.sched_getaffinity(0)
+    if len(mask) < 2:
+        pytest.skip("this process may run on one CPU only")
+    return mask
+
+
+def test_scope_holds_the_caller_on_its_cpu_and_keeps_the_workers_off_it(threads3, monkeypatch):
+    """Inside a scope the thread dispatching the team's jobs runs on one CPU, the one it was on,
+    and the workers' masks leave that CPU out (else Linux may wake them onto it and the split
+    work runs serially); the caller's own mask is back after the scope."""
+    before = _affinity_or_skip()
+    monkeypatch.setattr(nf, "PLACE_TEAM", True)
+    seen = {}
+
+    def part(lo, hi):
+        seen[lo] = os.sched_getaffinity(0)
+    with nf.compute_scope():
+        nf._parallel(part, 3, 1 << 30)
+        inside = os.sched_getaffinity(0)
+        nf._parallel(part, 3, 1 << 30)  # a second job: nothing changes
+        assert os.sched_getaffinity(0) == inside
+    assert len(inside) == 1 and inside <= before
+    (cpu,) = inside
+    assert seen[0] == inside
+    assert seen[1] == seen[2] == before - {cpu}
+    assert os.sched_getaffinity(0) == before
+
+
+def test_scope_leaves_placement_alone_when_switched_off_or_on_one_cpu(threads3, monkeypatch):
+    """KUIPER_XP_PIN_THREADS=0 (PLACE_TEAM False), or a caller allowed one CPU only: the
+    caller's mask stays as it is inside the scope."""
+    before = _affinity_or_skip()
+    monkeypatch.setattr(nf, "PLACE_TEAM", False)
+    with nf.compute_scope():
+        nf._parallel(lambda lo, hi: None, 3, 1 << 30)
+        assert os.sched_getaffinity(0) == before
+    monkeypatch.setattr(nf, "PLACE_TEAM", True)
+    one = {min(before)}
+    os.sched_setaffinity(0, one)
+    try:
+        with nf.compute_scope():
+            nf._parallel(lambda lo, hi: None, 3, 1 << 30)
+            assert os.sched_getaffinity(0) == one
+        assert os.sched_getaffinity(0) == one
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def test_worker_error_reaches_the_caller_and_the_team_stays_usable(threads3):
