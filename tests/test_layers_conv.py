@@ -210,6 +210,8 @@ CONVT2D = [
     (1, 4, 4, 5, 3, (2, 3), (3, 2), (1, 0), (2, 1), 1, 1, True),
     (2, 4, 4, 3, 3, 4, 2, 1, 0, 1, 4, True),  # depthwise transposed
     (1, 2, 3, 4, 4, 3, 2, 2, 1, 2, 1, True),  # output padding below dilation
+    (1, 3, 4, 4, 5, 2, 3, 0, 0, 1, 1, True),  # stride above the kernel: a phase no tap reaches
+    (2, 4, 2, 3, 4, 5, 2, 3, 1, 1, 1, False),  # padding above the stride crops whole taps
 ]
 
 
