@@ -736,6 +736,16 @@ def pad(x: np.ndarray, pads, mode: str = "zeros", value: float = 0.0) -> np.ndar
 
 
 # -- elementwise activations -------------------------------------------------------------------
+# numpy's clip ufunc called directly. For float arrays it is the fast way to bound them on one
+# side too: np.maximum(x, 0) with a scalar runs a loop that is not vectorised here (0.5 ns per
+# element on 2 Zen 3 cores, numpy 2.4), clip(x, 0, inf) 0.17-0.24; np.clip's Python wrapper adds
+# about 3 us per call (0.35 ns per element on 16 Ki chunks). Same values, NaN propagated.
+try:
+    from numpy._core.umath import clip as _uclip
+except ImportError:  # numpy 1
+    from numpy.core.umath import clip as _uclip
+_INF = math.inf
+
 #: elements per chunk of the chunked elementwise kernels: the chunk and its temporaries stay in
 #: cache, so each kernel costs about one pass over memory however many ufunc steps it takes
 #: (128 Ki measured best on 2 Zen 3 threads: GELU on 400x3072 3.0 ms against 3.5 at 64 Ki and
@@ -776,14 +786,14 @@ def _k_tanh(s, d, tmp):
 def _k_hardswish(s, d, tmp):
     t = tmp(0)
     np.add(s, 3, out=t)
-    np.clip(t, 0, 6, out=t)  # clip propagates NaN
+    _uclip(t, 0.0, 6.0, out=t)  # clip propagates NaN
     np.multiply(s, t, out=d)
     np.divide(d, 6, out=d)
 
 
 def _k_hardsigmoid(s, d, tmp):
     np.add(s, 3, out=d)
-    np.clip(d, 0, 6, out=d)
+    _uclip(d, 0.0, 6.0, out=d)
     np.divide(d, 6, out=d)
 
 
@@ -811,7 +821,7 @@ def _k_gelu(s, d, tmp):
     # (exact: a power of two)
     x, x2, p, q = tmp(0), tmp(1), tmp(2), tmp(3)
     np.multiply(s, _SQRT1_2, out=x)
-    np.clip(x, -4.0, 4.0, out=x)
+    _uclip(x, -4.0, 4.0, out=x)
     np.multiply(x, x, out=x2)
     np.multiply(x2, _ERF_P_HALF[6], out=p)
     p += _ERF_P_HALF[5]
@@ -833,7 +843,7 @@ def _k_mish(s, d, tmp):
     # x * n (n + 2) / (n (n + 2) + 2), n = exp(min(x, 20)): tanh(softplus(x)) from one exp (see
     # kuiper_xp.layers.activation.Mish)
     n, p = tmp(0), tmp(1)
-    np.minimum(s, 20.0, out=n)
+    _uclip(s, -_INF, 20.0, out=n)
     np.exp(n, out=n)
     np.add(n, 2.0, out=p)
     p *= n
@@ -953,6 +963,8 @@ def _clamp_into(a: np.ndarray, lo, hi, out: np.ndarray) -> None:
     """``out = min(max(a, lo), hi)``, either bound None (NaN stays NaN)."""
     if lo is None and hi is None:
         np.copyto(out, a)
+    elif a.dtype.kind == "f":
+        _uclip(a, -_INF if lo is None else lo, _INF if hi is None else hi, out=out)
     elif hi is None:
         np.maximum(a, lo, out=out)
     elif lo is None:
@@ -1031,14 +1043,14 @@ def _elu_block(a: np.ndarray, alpha: float, scale: float, div: float, t: np.ndar
     """``scale * (max(x, 0) + alpha * expm1(min(x, 0) / div))`` in place, expm1 of m <= 0 as
     2t / (1 - t) with t = tanh(m / 2) (numpy's float32 expm1 is a scalar loop; this is the
     layers' own formula, exact near 0); NaN stays NaN, -inf gives -alpha * scale."""
-    np.minimum(a, 0.0, out=t)
+    _uclip(a, -_INF, 0.0, out=t)
     t *= 0.5 / div
     np.tanh(t, out=t)
     np.subtract(1.0, t, out=w)
     t += t
     t /= w
     t *= alpha
-    np.maximum(a, 0.0, out=a)
+    _uclip(a, 0.0, _INF, out=a)
     a += t
     if scale != 1.0:
         a *= scale
@@ -2439,9 +2451,9 @@ def prelu(x: np.ndarray, w: np.ndarray) -> np.ndarray | None:
 
     def block(r0, r1):
         neg = _workspace((r1 - r0, rest), x.dtype, slot=61)
-        np.minimum(src[r0:r1], 0, out=neg)
+        _uclip(src[r0:r1], -_INF, 0.0, out=neg)
         neg *= slopes[r0:r1]
-        np.maximum(src[r0:r1], 0, out=dst[r0:r1])
+        _uclip(src[r0:r1], 0.0, _INF, out=dst[r0:r1])
         dst[r0:r1] += neg
     _plane_blocks(n * c, rest, x.size, block)
     return y
