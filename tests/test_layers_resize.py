@@ -221,6 +221,10 @@ def test_resize_dynamic_size_export(model_backend, tmp_path_factory):
     ("F.interpolate op 1 1 0 1 mode=nearest scale_factor=(3.0,2.0)", (1, 5, 4, 3)),
     ("F.interpolate op 1 1 0 1 align_corners=False mode=trilinear size=(3,6,5)", (1, 2, 4, 3, 2)),
     ("F.interpolate op 1 1 0 1 align_corners=False mode=linear size=(9)", (3, 2, 5)),
+    # whole factors on both axes (4 bicubic taps with two edge columns; nearest)
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bilinear scale_factor=(2.0,2.0)", (2, 3, 6, 9)),
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bicubic scale_factor=(2.0,4.0)", (1, 2, 8, 5)),
+    ("F.interpolate op 1 1 0 1 mode=nearest scale_factor=(2.0,2.0)", (2, 3, 5, 7)),
 ])
 def test_numpy_fast_resize_is_the_generic_path_bit_for_bit(monkeypatch, line, shape):
     """numpy_fast.resize_taps runs the generic steps in the same order (threaded over planes,
