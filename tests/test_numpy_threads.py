@@ -142,6 +142,35 @@ def test_scope_holds_the_caller_on_its_cpu_and_keeps_the_workers_off_it(threads3
     assert os.sched_getaffinity(0) == before
 
 
+def test_placement_ends_with_the_callers_own_scope(threads3, monkeypatch):
+    """A thread's mask is back when its own scope ends, even while another thread's scope is
+    still open; a thread calling the team outside any scope of its own is not held."""
+    before = _affinity_or_skip()
+    monkeypatch.setattr(nf, "PLACE_TEAM", True)
+    opened, close = threading.Event(), threading.Event()
+    seen = {}
+
+    def other():
+        with nf.compute_scope():
+            opened.set()
+            close.wait(30)
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert opened.wait(30)
+        nf._parallel(lambda lo, hi: None, 3, 1 << 30)  # no scope of its own: left alone
+        seen["outside"] = os.sched_getaffinity(0)
+        with nf.compute_scope():
+            nf._parallel(lambda lo, hi: None, 3, 1 << 30)
+            seen["inside"] = os.sched_getaffinity(0)
+        seen["after"] = os.sched_getaffinity(0)
+    finally:
+        close.set()
+        t.join(30)
+    assert seen["outside"] == before and seen["after"] == before
+    assert len(seen["inside"]) == 1
+
+
 def test_scope_leaves_placement_alone_when_switched_off_or_on_one_cpu(threads3, monkeypatch):
     """KUIPER_XP_PIN_THREADS=0 (PLACE_TEAM False), or a caller allowed one CPU only: the
     caller's mask stays as it is inside the scope."""
