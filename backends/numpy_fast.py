@@ -1864,7 +1864,8 @@ class ConvTranspose2dPlan:
         self.bias = None if bias is None else np.asarray(bias, dtype=w.dtype)
         self._bias_col = None if self.bias is None else self.bias.reshape(self.o, 1, 1)
 
-    def _phase_taps(self, size: int, out: int, k: int, s: int, d: int, p: int):
+    @staticmethod
+    def _phase_taps(size: int, out: int, k: int, s: int, d: int, p: int):
         """Per output phase ``r`` (outputs ``s*m + r``): its length and the ``(tap, offset)``
         pairs landing on it (input row ``m + offset``), with the range of m each one covers."""
         phases = []
@@ -2075,9 +2076,6 @@ def attention(q, k, v, scale: float, mask=None):
     ones = np.ones((S, 1), dt)
     D = k.shape[-1]
 
-    def softmax_rows(a):
-        _softmax_rows(a, a, ones)
-
     def group(gu):
         """One block of units: their scores side by side in one workspace, so each softmax
         step is one ufunc call over all of them (calls on ~30 Ki elements do not run
@@ -2098,7 +2096,7 @@ def attention(q, k, v, scale: float, mask=None):
             views.append(sc)
         if mask is None:
             sc_all *= scale
-        softmax_rows(sc_all)
+        _softmax_rows(sc_all, sc_all, ones)
         for (it, h0, h1), sc in zip(gu, views):
             np.matmul(sc, v[it][h0:h1], out=out[it][h0:h1])
 
@@ -2121,7 +2119,8 @@ def attention(q, k, v, scale: float, mask=None):
                     np.matmul(q[i0:i1], kt, out=sc)
                     if mask is not None:
                         sc += mask[i0:i1]
-                    softmax_rows(_view(sc, (m * H * L, S)))
+                    scores = _view(sc, (m * H * L, S))
+                    _softmax_rows(scores, scores, ones)
                     np.matmul(sc, v[i0:i1], out=out[i0:i1])
         _parallel(run_items, blocks, work)
         return out
