@@ -654,6 +654,15 @@ def _out(shape, dtype) -> np.ndarray:
     return pool.empty(shape, dtype)
 
 
+def _pooled(shape, dtype) -> np.ndarray:
+    """A fresh array from the calling thread's graph pool (or numpy), never the destination
+    :func:`set_destination` named: for outputs returned as a view in another layout."""
+    pool = getattr(_tls, "pool", None)
+    if pool is None:
+        return np.empty(shape, dtype=dtype)
+    return pool.empty(shape, dtype)
+
+
 def _workspace(shape: tuple[int, ...], dtype: Any, slot: int = 0) -> np.ndarray:
     """A per-thread scratch array (reused across calls; never returned to callers)."""
     dt = np.dtype(dtype)
@@ -1183,7 +1192,9 @@ def _gemm_blocks(kh, kw, stride, dilation, cg) -> list[_GemmBlock]:
 
 class Conv2dPlan:
     """A convolution with its weights packed for one algorithm; ``plan(x)`` runs it on an NCHW
-    array (zero padding ``pads`` applied here) and returns a fresh C-contiguous array."""
+    array (zero padding ``pads`` applied here) and returns a fresh C-contiguous array, or for a
+    depthwise convolution on a small map a fresh channels-last array seen as (N, C, H, W) (see
+    ``_run_depthwise_nhwc``)."""
 
     def __init__(self, weight, bias, stride, dilation, groups, pads, algo: str | None = None,
                  input_hw=None, tile: int | None = None):
@@ -1224,6 +1235,7 @@ class Conv2dPlan:
             self.wtaps = np.ascontiguousarray(w.reshape(self.o, self.kh * self.kw).T).reshape(
                 self.kh * self.kw, self.o, 1)
             self.wnumba = self.bnumba = None  # (O, kh, kw) weights and a bias for numba_kernels
+            self._wtiles: dict[int, np.ndarray] = {}  # channels-last weights per output width
         elif algo == "shift":
             if self.stride != (1, 1) or self.groups != 1:
                 raise ValueError("the shift algorithm needs stride 1 and groups 1")
@@ -1314,6 +1326,13 @@ class Conv2dPlan:
         ln = ho * wo
         src = x if (sh, sw) == (1, 1) else x[:, :, ::sh, ::sw][:, :, :ho, :wo]
         y = _out((n, o, ho, wo), self.dtype)
+        if src is x and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
+            # a channels-last view (a depthwise convolution's result): each image is the
+            # transposed (C, H*W) operand of one GEMM, no copy
+            for i in range(n):
+                _gemm(self.wmat[:, :c], x[i].reshape(c, ln), y[i].reshape(o, ln))
+            self._add_bias(y)
+            return y
         batched = n > 1 and ln < GEMM_MIN_COLUMNS
         direct = src is x and x.flags.c_contiguous and not batched
         fold = self.bias is not None and not (direct and o < c)
@@ -1623,7 +1642,12 @@ class Conv2dPlan:
     def _run_depthwise_nhwc(self, x, ho, wo, activation=None):
         """Small maps (many channels, few pixels): channels-last, so that every tap pass runs
         along contiguous channel vectors (the planar form's rows of 7 or 14 pixels make numpy's
-        inner loops too short); one transposing copy in, one out, per block of images."""
+        inner loops too short). The padded input is one copy per block of images (a plain copy
+        when ``x`` is itself a channels-last view). The result is computed in a channels-last
+        pooled array and returned as its (N, C, H, W) view: a 1x1 convolution reads that as a
+        transposed operand, and copying it back to planar took longer than the taps (122 of 450
+        us for 384 channels at 14x14). At stride 1 each tap's weights are tiled along the output
+        row, so a tap pass is one multiply over runs of ``wo*C`` values, not ``C``."""
         n, c, h, w = x.shape
         (sh, sw), (dh, dw) = self.stride, self.dilation
         (t, b), (l, r) = self.pads
@@ -1631,9 +1655,17 @@ class Conv2dPlan:
         item = self.dtype.itemsize
         per_image = (hp * wp + 2 * ho * wo) * c * item
         ni = max(1, min(n, DEPTHWISE_BLOCK_BYTES // max(1, per_image)))
-        y = _out((n, c, ho, wo), self.dtype)
+        y = _pooled((n, ho, wo, c), self.dtype)
         bias = self.bias
         taps = [(i * dh, j * dw) for i in range(self.kh) for j in range(self.kw)]
+        if sw == 1:
+            wts = self._wtiles.get(wo)
+            if wts is None:  # (taps, wo, C): made once per output width
+                wts = self._wtiles[wo] = np.ascontiguousarray(
+                    np.broadcast_to(self.wtaps[:, None, :, 0], (len(taps), wo, c)))
+        else:
+            wts = self.wtaps[:, :, 0]
+        xn = x.transpose(0, 2, 3, 1)
 
         def part(lo, hi):
             for i0 in range(lo, hi, ni):
@@ -1644,23 +1676,24 @@ class Conv2dPlan:
                 xp[:, t + h:] = 0
                 xp[:, t:t + h, :l] = 0
                 xp[:, t:t + h, l + w:] = 0
-                xp[:, t:t + h, l:l + w] = x[i0:i1].transpose(0, 2, 3, 1)
-                acc = _workspace((m, ho, wo, c), self.dtype, slot=14)
+                xp[:, t:t + h, l:l + w] = xn[i0:i1]
+                acc = y[i0:i1]
                 tmp = _workspace((m, ho, wo, c), self.dtype, slot=15)
                 for k, (oi, oj) in enumerate(taps):
                     v = xp[:, oi: oi + sh * (ho - 1) + 1: sh, oj: oj + sw * (wo - 1) + 1: sw]
-                    wt = self.wtaps[k, :, 0]
                     if k == 0:
-                        np.multiply(v, wt, out=acc)
+                        np.multiply(v, wts[k], out=acc)
                     else:
-                        np.multiply(v, wt, out=tmp)
+                        np.multiply(v, wts[k], out=tmp)
                         acc += tmp
                 if bias is not None:
                     acc += bias
-                res = acc if activation is None else activation_inplace(acc, activation)
-                y[i0:i1] = res.transpose(0, 3, 1, 2)
+                if activation is not None:
+                    res = activation_inplace(acc, activation)
+                    if res is not acc:  # (float16 kernels compute in float32)
+                        acc[...] = res
         _parallel(part, n, y.size * len(taps))
-        return y
+        return y.transpose(0, 3, 1, 2)
 
     def _depthwise_block(self, x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation):
         """Images [i0, i1), channels [b0, b1) of a depthwise convolution (see _run_depthwise)."""

@@ -483,7 +483,9 @@ def test_numpy_fast_conv_matches_generic_and_torch(case, fast_mode):
         plan = nf.conv2d_plan(wt, bias, stride=s, dilation=(d, d), groups=g, pads=pads, algo=name, tile=tile)
         assert (plan.algo, plan.tile if tile else None) == (name, tile)
         got = plan(x)
-        assert got.flags.c_contiguous and got.dtype == np.float32
+        # planar, but for depthwise on small maps: a channels-last array seen as (N, C, H, W)
+        small = algo == "depthwise" and g == cout and got.shape[2] * got.shape[3] <= nf.DEPTHWISE_NHWC_MAX_PIXELS
+        assert (got.transpose(0, 2, 3, 1) if small else got).flags.c_contiguous and got.dtype == np.float32
         want = expected if bias is not None else expected - b.reshape(1, -1, 1, 1)
         assert_close(got, want, rtol=1e-4 if tile else RTOL, what=f"{algo} bias={bias is not None}")
         assert_close(got, generic if bias is not None else generic - b.reshape(1, -1, 1, 1),
@@ -493,6 +495,36 @@ def test_numpy_fast_conv_matches_generic_and_torch(case, fast_mode):
 
 
 DEPTHWISE = [c for c in FAST if c[-1] == "depthwise"]
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_numpy_fast_depthwise_small_maps_channels_last_into_1x1(stride):
+    """A depthwise convolution on a small map returns a channels-last array viewed as (N, C, H,
+    W); the 1x1 convolution after it reads that as a transposed GEMM operand; the destination
+    set for the next planar output of that shape (here (2, 5, 5, 5), the channels-last shape too)
+    is left alone; ReLU6 fused; against torch."""
+    x, wd, bd = rnd(2, 5, 5 * stride, 5 * stride) * 3, rnd(5, 1, 3, 3, seed=1), rnd(5, seed=2)
+    w1, b1 = rnd(7, 5, 1, 1, seed=3), rnd(7, seed=4)
+    dw = nf.conv2d_plan(wd, bd, stride=(stride, stride), groups=5, pads=((1, 1), (1, 1)))
+    pw = nf.conv2d_plan(w1, b1)
+    assert (dw.algo, pw.algo) == ("depthwise", "1x1")
+    h = F.relu6(F.conv2d(t(x), t(wd), t(bd), stride, 1, 1, 5))
+    want = F.conv2d(h, t(w1), t(b1)).numpy()
+    dest = np.full((2, 5, 5, 5), 7.0, np.float32)
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            nf.set_destination(dest)
+            mid = dw(x, ("clamp", 0.0, 6.0))
+            nf.set_destination(None)
+            got = pw(mid)
+    finally:
+        nf.set_num_threads(old)
+    assert mid.shape == (2, 5, 5, 5) and mid.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert (dest == 7.0).all()
+    assert_close(mid, h.numpy(), rtol=RTOL, what="depthwise")
+    assert got.flags.c_contiguous
+    assert_close(got, want, rtol=RTOL, what="1x1 after it")
 
 
 @pytest.fixture
