@@ -1276,10 +1276,16 @@ class Conv2dPlan:
         wo = (w + l + r - self.dilation[1] * (self.kw - 1) - 1) // self.stride[1] + 1
         return ho, wo
 
-    def __call__(self, x: np.ndarray, activation: Any = None) -> np.ndarray:
+    def __call__(self, x: np.ndarray, activation: Any = None, channels_last: bool = False) -> np.ndarray:
         """The convolution of ``x``; ``activation`` (a non-callable spec of
         :func:`activation_inplace`) is applied to the output, inside the cache-sized blocks where
-        the algorithm has them (depthwise), else on the whole output at the end."""
+        the algorithm has them (depthwise), else on the whole output at the end.
+        ``channels_last`` asks a stride-1 1x1 convolution for a channels-last result seen as (N, C,
+        H, W) (what a depthwise convolution on a small map reads without a transposing copy)."""
+        if channels_last and self.algo == "1x1" and self.stride == (1, 1):
+            y = self._run_1x1_channels_last(np.asarray(x), activation)
+            if y is not None:
+                return y
         y = self._conv(x, activation)
         if activation is not None and self.algo not in self._FUSES:
             y = activation_inplace(y, activation)
@@ -1357,6 +1363,42 @@ class Conv2dPlan:
                 _gemm(wm, cols, res)
                 _copy_channels(y[i0:i0 + b].reshape(b, o, ln), res.reshape(o, b, ln).transpose(1, 0, 2), axis=1)
         return y
+
+    def _run_1x1_channels_last(self, x, activation):
+        """``y^T = x^T W^T`` per image into a channels-last pooled array (the GEMM reads the
+        planar input, or a channels-last one, as a transposed operand); bias and activation on
+        it while it is contiguous; returned as its (N, C, H, W) view. None when x does not fit."""
+        if x.dtype != self.dtype or x.ndim != 4:
+            return None
+        n, c, h, w = x.shape
+        ln = h * w
+        if x.flags.c_contiguous:
+            rows = [x[i].reshape(c, ln).T for i in range(n)]
+        elif x.transpose(0, 2, 3, 1).flags.c_contiguous:
+            rows = [x[i].transpose(1, 2, 0).reshape(ln, c) for i in range(n)]
+        else:
+            return None
+        o = self.o
+        y = _pooled((n, h, w, o), self.dtype)
+        wt = self.wmat[:, :c].T
+        for i in range(n):
+            _gemm(rows[i], wt, y[i].reshape(ln, o))
+        if self.bias is not None:
+            y += self.bias
+        if activation is not None:
+            res = activation_inplace(y, activation)
+            if res is not y:
+                y[...] = res
+        return y.transpose(0, 3, 1, 2)
+
+    def reads_channels_last(self, input_hw) -> bool:
+        """True when this (depthwise) plan runs channels-last on an input of ``input_hw``: the
+        layer making its input may then hand it over channels-last."""
+        if self.algo != "depthwise" or self.mult != 1 or input_hw is None or None in tuple(input_hw):
+            return False
+        (t, b), (l, r) = self.pads
+        ho, wo = self.out_size(*input_hw)
+        return 0 < ho * wo <= DEPTHWISE_NHWC_MAX_PIXELS and _numba is None
 
     def _run_patch(self, x, ho, wo):
         """Non-overlapping patches (stride == kernel, no padding: ViT's patch embedding): the

@@ -839,3 +839,46 @@ def test_numpy_fast_elu_inplace_chunks_specials(monkeypatch):
                     np.testing.assert_allclose(got[ok], want[ok], rtol=2e-6, atol=0, err_msg=str(spec))
     finally:
         nf.set_num_threads(old)
+
+
+class _InvertedResidual(nn.Module):
+    """MobileNetV2's block on a small map: 1x1 expand + ReLU6, depthwise 3x3 + ReLU6, 1x1."""
+
+    def __init__(self, c=8, e=24, stride=1):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(c, e, 1), nn.ReLU6())
+        self.dw = nn.Sequential(nn.Conv2d(e, e, 3, stride, 1, groups=e), nn.ReLU6())
+        self.project = nn.Conv2d(e, c, 1)
+
+    def forward(self, x):
+        return self.project(self.dw(self.expand(x)))
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_expand_conv_hands_a_small_depthwise_its_output_channels_last(tmp_path, stride):
+    """The runtime marks a convolution whose only consumer is a depthwise convolution reading
+    channels-last (numpy, small map): the 1x1 expand then computes its result channels-last;
+    the block still gives torch's result at batch 1 and 3, with the optional numba kernels on
+    too (they read planar input: the hand-over then costs a copy, never a wrong answer)."""
+    from helpers import export_torch
+
+    torch.manual_seed(0)
+    m = _InvertedResidual(stride=stride).eval()
+    x1, x3 = torch.rand(1, 8, 10, 10) * 4, torch.rand(3, 8, 10, 10) * 4
+    g = kuiper_xp.load(export_torch(m, (x1,), tmp_path, inputs2=(x3,)), backend="numpy")
+    marked = [r.layer for r in g.execution_order if getattr(r.layer, "channels_last_out", False)]
+    assert len(marked) == 1 and marked[0].weight.shape[2:] == (1, 1)
+    with torch.no_grad():
+        for x in (x1, x3):
+            assert_close(g(x.numpy())[0], m(x).numpy(), rtol=1e-5, what=f"batch {x.shape[0]}")
+    try:
+        from kuiper_xp.backends import numpy_fast as nf
+
+        old = nf.use_numba(True)
+    except ImportError:
+        return
+    try:
+        with torch.no_grad():
+            assert_close(g(x3.numpy())[0], m(x3).numpy(), rtol=1e-5, what="numba")
+    finally:
+        nf.use_numba(old)

@@ -163,6 +163,8 @@ class Convolution(_ConvBase):
         self.bias = bias
         self._fast_ok = ctx.fast is not None
         self._plan = None
+        self.input_hw = input_hw
+        self.channels_last_out = False  # set by the runtime: the consumer reads channels-last
         if weight is not None and ctx.fast is not None and hasattr(ctx.fast, "conv2d_plan"):
             self._plan = ctx.fast.conv2d_plan(
                 weight, bias, stride=stride, dilation=dilation, groups=groups,
@@ -258,6 +260,8 @@ class Convolution(_ConvBase):
             plan = fast.conv2d_plan(weight, bias, stride=self.stride, dilation=self.dilation,
                                     groups=self.groups, pads=pads, transient=True)
         act = self.fused_activation
+        if self.channels_last_out and plan is self._plan and not unbatched and (act is None or not callable(act)):
+            return plan(x, act, channels_last=True)
         if plan is not None and act is not None and not callable(act) and isinstance(plan, fast.Conv2dPlan):
             # the plan applies it (a depthwise plan inside its cache-sized blocks)
             return self._from4d(plan(x, act), unbatched)
@@ -266,6 +270,13 @@ class Convolution(_ConvBase):
         else:
             y = fn.conv2d(x, weight, bias, self.stride, pads, self.dilation, self.groups, xp=xp)
         return self._from4d(self._activate(y), unbatched)
+
+    def reads_channels_last(self) -> bool:
+        """True when this convolution (a depthwise one on a small map, numpy backend) reads a
+        channels-last input without a transposing copy."""
+        plan = self._plan
+        return (plan is not None and self.padding_mode == "zeros" and self.nd == 2
+                and getattr(plan, "reads_channels_last", lambda hw: False)(self.input_hw))
 
     def _pad_mode(self, x: Any, pads: fn.Pads) -> Any:
         fast_pad = getattr(self.backend.fast, "pad", None)

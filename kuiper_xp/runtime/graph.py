@@ -239,6 +239,7 @@ class Graph:
         outputs_of: dict[int, list[Operand]] = {id(r): list(r.op.outputs) for r in compute}
         if self.fuse:
             compute = self._fuse_activations(compute, outputs_of, output_operands)
+            self._plan_layouts(compute, outputs_of, output_operands)
 
         # successors (seed 002): operators consuming any of this operator's outputs
         for r in self.operators:
@@ -349,6 +350,24 @@ class Graph:
             gone.add(id(c))
             self.fused.append((r.name, c.name))
         return [r for r in compute if id(r) not in gone]
+
+    @staticmethod
+    def _plan_layouts(compute: list[RuntimeOperator], outputs_of: dict[int, list[Operand]],
+                      graph_outputs: list[Operand]) -> None:
+        """A convolution whose result goes only to a layer that reads channels-last input
+        without a copy (a depthwise convolution on a small map, numpy backend) hands it over
+        channels-last: MobileNet's expand 1x1 before its depthwise 3x3."""
+        by_op = {id(r.op): r for r in compute}
+        for r in compute:
+            if not hasattr(r.layer, "channels_last_out"):
+                continue
+            outs = outputs_of[id(r)]
+            if len(outs) != 1 or outs[0] in graph_outputs or len(outs[0].consumers) != 1:
+                continue
+            c = by_op.get(id(outs[0].consumers[0]))
+            reads = getattr(c.layer, "reads_channels_last", None) if c is not None else None
+            if reads is not None and reads():
+                r.layer.channels_last_out = True
 
     # -- inspection -----------------------------------------------------------------------------
     @property
