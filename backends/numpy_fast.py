@@ -927,12 +927,23 @@ def _run_unary(name: str, src: np.ndarray, dst: np.ndarray) -> None:
     _run_kernel(_KERNELS[name], _N_TEMPS[name], n * _COST[name], src, dst)
 
 
+#: arrays of at most this many elements skip the chunking and threading machinery (its ~10 us
+#: per call is most of the cost of the 1x1 convolutions and activations of squeeze-and-excite
+#: blocks, which run on (1, C, 1, 1) maps)
+TINY_ELEMENTS = 4096
+
+
 def _run_kernel(kernel, n_tmp: int, work: int, src: np.ndarray, dst: np.ndarray) -> None:
     """``kernel(src_chunk, dst_chunk, tmp)`` over flat C-contiguous ``src``/``dst`` (may be the
     same array) in chunks of at most UNARY_CHUNK elements split over the threads when ``work``
     is worth it; ``tmp(k)`` is the k-th of ``n_tmp`` per-thread chunk-sized temporaries."""
     n = src.size
     dt = src.dtype
+    if n <= TINY_ELEMENTS:  # (an SE block's few hundred channels: the chunk machinery is the cost)
+        tmps = [np.empty(n, dt) for _ in range(n_tmp)]
+        with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+            kernel(src, dst, tmps.__getitem__)
+        return
     step = _chunk_step(n, work)
 
     def part(c0, c1):
@@ -1342,6 +1353,11 @@ class Conv2dPlan:
         batched = n > 1 and ln < GEMM_MIN_COLUMNS
         direct = src is x and x.flags.c_contiguous and not batched
         fold = self.bias is not None and not (direct and o < c)
+        if direct and y.size <= TINY_ELEMENTS:  # (squeeze-and-excite: (1, C, 1, 1))
+            np.matmul(self.wmat[:, :c], x.reshape(n, c, ln), out=y.reshape(n, o, ln))
+            if self.bias is not None:
+                y.reshape(n, o, ln)[...] += self.bias[:, None]
+            return y
         if direct and not fold:
             for i in range(n):
                 _gemm(self.wmat[:, :c], x[i].reshape(c, ln), y[i].reshape(o, ln))

@@ -416,6 +416,7 @@ def small_chunks(request, monkeypatch):
     """Chunks smaller than the arrays (a short last chunk included), on one and two threads."""
     nf = _fast_numpy()
     monkeypatch.setattr(nf, "UNARY_CHUNK", 64)
+    monkeypatch.setattr(nf, "TINY_ELEMENTS", 0)  # (else these small arrays skip the chunks)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 1)
     old = nf.set_num_threads(request.param)
     yield nf

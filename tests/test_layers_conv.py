@@ -794,6 +794,7 @@ def test_numpy_fast_leaky_inplace_chunks_nan_and_every_slope(monkeypatch):
     and +-inf kept as torch keeps them, slopes in [0, 1], above 1 and negative, a float64 array
     and a non-contiguous one; against torch."""
     monkeypatch.setattr(nf, "UNARY_CHUNK", 7)
+    monkeypatch.setattr(nf, "TINY_ELEMENTS", 0)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     base = rnd(3, 5, 11) * 3
     base[0, 1, 2], base[1, 2, 3], base[2, 3, 4] = np.nan, np.inf, -np.inf
@@ -817,6 +818,7 @@ def test_numpy_fast_elu_inplace_chunks_specials(monkeypatch):
     """("elu", alpha, scale, divisor) in place: ELU, CELU and SELU over chunks on 3 threads, NaN and
     +-inf and values near 0 (expm1 exact there), float64, a non-contiguous array; against torch."""
     monkeypatch.setattr(nf, "UNARY_CHUNK", 7)
+    monkeypatch.setattr(nf, "TINY_ELEMENTS", 0)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     base = rnd(3, 5, 11) * 3
     base[0, 0, :4] = [1e-30, -1e-30, -1e-6, 1e-6]
