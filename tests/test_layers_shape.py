@@ -146,6 +146,8 @@ def test_cat(backend, dim):
     ([(2, 5, 3), (2, 0, 3), (2, 1, 3)], 1, True),                     # an empty piece, permuted views
     ([(1, 1, 2), (1, 3, 2)], 1, False),                               # no axis long enough: per-piece copies
     ([(6, 4), (2, 4)], 0, True),
+    ([(2, 4, 3), (2, 4, 1), (2, 4, 5)], 2, True),                     # last axis, strided rows: per-row copies
+    ([(5, 1), (5, 7), (5, 2)], 1, False),                             # last axis: rows as void items
 ])
 def test_numpy_fast_concat_matches_torch(monkeypatch, threads, shapes, dim, views):
     from kuiper_xp.backends import numpy_fast as nf
