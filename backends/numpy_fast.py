@@ -101,6 +101,9 @@ DEPTHWISE_BLOCK_BYTES = 4 << 20
 #: (measured for MobileNetV2 at batch 8: 7x7x960 1.8 ms against 3.9 planar, 14x14x576 5.1 / 6.6,
 #: 28x28x192 even, 56x56x144 35 / 14)
 DEPTHWISE_NHWC_MAX_PIXELS = 256
+#: planar depthwise convolutions are split over the threads from this many tap-elements (output
+#: elements times taps)
+DEPTHWISE_SPLIT_MIN = 1 << 20
 #: stride-1 undilated convolutions with at most 1/SHIFT_MAX_OUT_RATIO as many outputs as input
 #: channels (and no Winograd) run "shift": one GEMM of all taps' weights stacked, ``(kh*kw*O, C)``, with
 #: the flattened padded input, then kh*kw shifted adds of the small ``(O, pixels)`` pieces: no
@@ -1668,7 +1671,10 @@ class Conv2dPlan:
                 i1 = min(n, i0 + ni)
                 b1 = min(c1, b0 + block)
                 self._depthwise_block(x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation)
-        _parallel(part, o, y.size * len(taps))
+        # split over the threads only when the tap passes are long: two threads making the
+        # short calls of a small map at once run slower than one (16 channels 112 -> 56, stride
+        # 2: 361 us on one thread, 505 on two; 32 channels at 112x112: 1401 against 678)
+        _parallel(part, o, y.size * len(taps) if y.size * len(taps) >= DEPTHWISE_SPLIT_MIN else 0)
         return y
 
     def _run_depthwise_numba(self, x, ho, wo, activation=None):
