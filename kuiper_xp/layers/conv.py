@@ -260,7 +260,8 @@ class Convolution(_ConvBase):
             plan = fast.conv2d_plan(weight, bias, stride=self.stride, dilation=self.dilation,
                                     groups=self.groups, pads=pads, transient=True)
         act = self.fused_activation
-        if self.channels_last_out and plan is self._plan and not unbatched and (act is None or not callable(act)):
+        if (self.channels_last_out and plan is not None and plan is self._plan and not unbatched
+                and (act is None or not callable(act))):
             return plan(x, act, channels_last=True)
         if plan is not None and act is not None and not callable(act) and isinstance(plan, fast.Conv2dPlan):
             # the plan applies it (a depthwise plan inside its cache-sized blocks)
