@@ -73,8 +73,10 @@ __all__ = [
 ]
 
 #: Winograd is used for 3x3 stride-1 ungrouped float32 convolutions when both channel counts are
-#: at least this (below it the transforms cost more than the multiplications they save)...
-WINOGRAD_MIN_CHANNELS = 32
+#: at least this (below it the transforms cost more than the multiplications they save: at 32
+#: channels, batch 1, the GEMM measured 0.8-0.9x of F(4x4)'s time at 28, 56, 80 and 160 pixels a
+#: side, with ReLU or SiLU fused, even at batch 4; at 48 channels F(4x4) wins from 80 on)
+WINOGRAD_MIN_CHANNELS = 48
 #: F(4x4) from this output side on, else F(2x2)
 WINOGRAD_F4_MIN_SIZE = 20
 #: a call with fewer output pixels (batch * Ho * Wo) than this runs the GEMM instead
@@ -1133,8 +1135,9 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
     ``WINOGRAD_MIN_PIXELS`` output pixels (one small image: the transforms do not pay there).
 
     Measured on 2 Zen 3 cores (OpenBLAS 0.3.31, torch 2.13 with oneDNN as the reference), single
-    image: F(4x4) beats the GEMM from 32 channels at 28x28 and above (0.65-0.75x of its time),
-    F(2x2) at 14x14 (0.8x), the GEMM wins at 7x7; batch 4-8 at 7x7: F(2x2) 0.8x of the GEMM.
+    image: F(4x4) beats the GEMM from 48-64 channels at 28x28 and above (0.65-0.75x of its time
+    at 64 channels; not at 32, see WINOGRAD_MIN_CHANNELS), F(2x2) at 14x14 (0.8x), the GEMM
+    wins at 7x7; batch 4-8 at 7x7: F(2x2) 0.8x of the GEMM.
     """
     kh, kw = kernel
     if (kh, kw) == (1, 1) and tuple(dilation) == (1, 1) and groups == 1 and not any(a or b for a, b in pads):

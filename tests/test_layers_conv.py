@@ -644,7 +644,7 @@ def test_numpy_fast_conv_picks_the_expected_algorithm():
 
 
 def test_winograd_plan_runs_the_gemm_on_small_calls(monkeypatch):
-    x, wt, b = rnd(1, 32, 6, 6), rnd(32, 32, 3, 3, seed=1), rnd(32, seed=2)
+    x, wt, b = rnd(1, 48, 6, 6), rnd(48, 48, 3, 3, seed=1), rnd(48, seed=2)
     plan = nf.conv2d_plan(wt, b, pads=((1, 1), (1, 1)), input_hw=(6, 6))
     assert (plan.algo, plan.tile) == ("winograd", 2)
     calls = []
