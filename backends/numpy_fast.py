@@ -653,10 +653,7 @@ def _out(shape, dtype) -> np.ndarray:
     if dest is not None and dest.shape == tuple(shape) and dest.dtype == dtype:
         _tls.dest = None
         return dest
-    pool = getattr(_tls, "pool", None)
-    if pool is None:
-        return np.empty(shape, dtype=dtype)
-    return pool.empty(shape, dtype)
+    return _pooled(shape, dtype)
 
 
 def _pooled(shape, dtype) -> np.ndarray:
@@ -1418,7 +1415,6 @@ class Conv2dPlan:
         layer making its input may then hand it over channels-last."""
         if self.algo != "depthwise" or self.mult != 1 or input_hw is None or None in tuple(input_hw):
             return False
-        (t, b), (l, r) = self.pads
         ho, wo = self.out_size(*input_hw)
         return 0 < ho * wo <= DEPTHWISE_NHWC_MAX_PIXELS and _numba is None
 
