@@ -1123,6 +1123,20 @@ def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
     return y
 
 
+def _activate_block(a: np.ndarray, spec: Any) -> None:
+    """:func:`activation_inplace` on the contiguous block ``a`` of a larger output, the result
+    always left in ``a`` (float16 kernels compute in float32 and return a new array)."""
+    res = activation_inplace(a, spec)
+    if res is not a:
+        a[...] = res
+
+
+def _is_channels_last(x: np.ndarray) -> bool:
+    """An (N, C, H, W) view of a C-contiguous (N, H, W, C) array, as the depthwise convolutions
+    on small maps return (a C-contiguous x is not one)."""
+    return x.ndim == 4 and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous
+
+
 # -- convolution -------------------------------------------------------------------------------
 def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pads, dtype,
                      input_hw=None) -> tuple[str, int]:
@@ -1346,7 +1360,7 @@ class Conv2dPlan:
         ln = ho * wo
         src = x if (sh, sw) == (1, 1) else x[:, :, ::sh, ::sw][:, :, :ho, :wo]
         y = _out((n, o, ho, wo), self.dtype)
-        if src is x and not x.flags.c_contiguous and x.transpose(0, 2, 3, 1).flags.c_contiguous:
+        if src is x and _is_channels_last(x):
             # a channels-last view (a depthwise convolution's result): each image is the
             # transposed (C, H*W) operand of one GEMM, no copy
             for i in range(n):
@@ -1393,7 +1407,7 @@ class Conv2dPlan:
         ln = h * w
         if x.flags.c_contiguous:
             rows = [x[i].reshape(c, ln).T for i in range(n)]
-        elif x.transpose(0, 2, 3, 1).flags.c_contiguous:
+        elif _is_channels_last(x):
             rows = [x[i].transpose(1, 2, 0).reshape(ln, c) for i in range(n)]
         else:
             return None
@@ -1405,9 +1419,7 @@ class Conv2dPlan:
         if self.bias is not None:
             y += self.bias
         if activation is not None:
-            res = activation_inplace(y, activation)
-            if res is not y:
-                y[...] = res
+            _activate_block(y, activation)
         return y.transpose(0, 3, 1, 2)
 
     def reads_channels_last(self, input_hw) -> bool:
@@ -1752,9 +1764,7 @@ class Conv2dPlan:
                 if bias is not None:
                     acc += bias
                 if activation is not None:
-                    res = activation_inplace(acc, activation)
-                    if res is not acc:  # (float16 kernels compute in float32)
-                        acc[...] = res
+                    _activate_block(acc, activation)
         _parallel(part, n, y.size * len(taps))
         return y.transpose(0, 3, 1, 2)
 
@@ -2462,7 +2472,7 @@ def _affine_rows(src: np.ndarray, scale: np.ndarray, shift: np.ndarray, dst: np.
         np.multiply(src[r0:r1], scale[r0:r1], out=d)
         d += shift[r0:r1]
         if activation is not None:
-            activation_inplace(d, activation)
+            _activate_block(d, activation)
     _plane_blocks(src.shape[0], src.shape[1], src.size, block)
 
 
