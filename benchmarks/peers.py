@@ -22,7 +22,7 @@ from typing import Any
 
 __all__ = ["Runner", "make_runner", "engine_label", "PEERS"]
 
-PEERS = ("torch", "onnxruntime", "ncnn")
+PEERS = ("torch", "torch-cuda", "onnxruntime", "ncnn")
 
 
 def engine_label(engine: str, backend: str | None = None) -> str:
@@ -166,6 +166,44 @@ class TorchRunner(Runner):
 
 
 # ---------------------------------------------------------------------------------------------
+class TorchCudaRunner(TorchRunner):
+    """PyTorch eager on the GPU (cuda:0), the peer of kuiper[cupy]: the same seeded module moved
+    to the device, inputs copied there once outside the timing, and each run ends with
+    ``torch.cuda.synchronize()`` (as kuiper's ends with the backend's synchronize), so that the
+    time is the GPU's work and not only the launch. ``memory()`` reports torch's caching
+    allocator (peak reserved bytes) beside the cupy pool's."""
+
+    engine = "torch-cuda"
+
+    def __init__(self, threads: int):
+        super().__init__(threads)
+        if not self.torch.cuda.is_available():
+            raise RuntimeError("torch has no CUDA device here")
+        self.dev = self.torch.device("cuda:0")
+
+    def load(self, files, spec) -> None:
+        self.model = spec.build().eval().to(self.dev)
+
+    def prepare(self, inputs: tuple) -> Any:
+        return tuple(self.torch.from_numpy(x).to(self.dev) for x in inputs)
+
+    def run(self, prepared: Any) -> Any:
+        with self.torch.no_grad():
+            out = self.model(*prepared)
+        self.torch.cuda.synchronize(self.dev)
+        return out
+
+    def outputs(self, raw: Any) -> list:
+        from models import flatten
+
+        return [t.detach().contiguous().cpu().numpy() for t in flatten(raw)]
+
+    def memory(self) -> dict[str, int]:
+        c = self.torch.cuda
+        return {"used_bytes": int(c.max_memory_allocated(self.dev)), "total_bytes": int(c.max_memory_reserved(self.dev))}
+
+
+# ---------------------------------------------------------------------------------------------
 class OrtRunner(Runner):
     engine = "onnxruntime"
 
@@ -280,6 +318,8 @@ def make_runner(engine: str, threads: int, backend: str | None = None) -> Runner
         return KuiperRunner(threads, backend or "numpy")
     if engine == "torch":
         return TorchRunner(threads)
+    if engine == "torch-cuda":
+        return TorchCudaRunner(threads)
     if engine == "onnxruntime":
         return OrtRunner(threads)
     if engine == "ncnn":

@@ -38,7 +38,7 @@ for p in (str(HERE), str(REPO), str(REPO / "tests")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-ENGINES = ("kuiper", "torch", "onnxruntime", "ncnn")
+ENGINES = ("kuiper", "torch", "torch-cuda", "onnxruntime", "ncnn")
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 CHILD_TAG = "@@KUIPER_BENCH_CHILD@@"
 #: the issue's reference figures (ms; median on the reporter's machine); context only
@@ -73,7 +73,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--max-cell-seconds", type=float, default=40.0,
                     help="stop repeating a (model, batch) cell after this long once --min-runs are done")
     ap.add_argument("--min-runs", type=int, default=3)
-    ap.add_argument("--engines", default=",".join(ENGINES), help=f"subset of {','.join(ENGINES)}")
+    ap.add_argument("--engines", default=None,
+                    help=f"subset of {','.join(ENGINES)} (default: all of them, torch-cuda only where "
+                         "torch sees a CUDA device)")
     ap.add_argument("--backends", default=None,
                     help="kuiper-xp backends (default: numpy, plus numpy+numba where numba is "
                          "installed and cupy where a CUDA device answers)")
@@ -94,8 +96,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             args.memory = False
     args.models = _csv(args.models)
     args.batches = [int(b) for b in _csv(args.batches)]
-    args.engines = _csv(args.engines)
-    bad = [e for e in args.engines if e not in ENGINES]
+    args.engines = _csv(args.engines) if args.engines else None  # default: after set_threads (imports torch)
+    bad = [e for e in args.engines or () if e not in ENGINES]
     if bad:
         ap.error(f"unknown engine(s) {bad}; known: {', '.join(ENGINES)}")
     if args.threads < 1:
@@ -131,6 +133,20 @@ def set_threads(threads: int) -> str:
     threadpool_limits(limits=threads)
     pools = sorted({f"{p['internal_api']}:{p['num_threads']}" for p in threadpool_info()})
     return f"threadpoolctl limits={threads} ({', '.join(pools)})"
+
+
+def default_engines() -> list[str]:
+    """Every engine; torch-cuda (PyTorch on the GPU, the peer of kuiper[cupy]) only where torch
+    sees a CUDA device."""
+    out = [e for e in ENGINES if e != "torch-cuda"]
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            out.insert(2, "torch-cuda")
+    except Exception:
+        pass
+    return out
 
 
 def default_backends() -> list[str]:
@@ -470,7 +486,8 @@ def markdown(result: dict) -> str:
             if e.get("memory_error"):
                 note = (note + "; " if note else "") + "memory: " + e["memory_error"]
             if gpu:
-                note = (note + "; " if note else "") + f"cupy pool {gpu.get('total_bytes', 0) / 2**20:.0f} MiB"
+                pool = "torch CUDA allocator peak" if e["engine"] == "torch-cuda" else "cupy pool"
+                note = (note + "; " if note else "") + f"{pool} {gpu.get('total_bytes', 0) / 2**20:.0f} MiB"
             rat = ", ".join(f"{k['label']}: {k['median_ms'] / e['median_ms']:.2f}" for k in kuipers
                             if e["engine"] != "kuiper") or "–"
             lines.append(f"| {e['label']} | {e['median_ms']:.2f} | {e['iqr_ms']:.2f} | {e['min_ms']:.2f} | "
@@ -544,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     blas = set_threads(args.threads)
 
     import torch
+
+    if args.engines is None:
+        args.engines = default_engines()
 
     torch.set_num_threads(args.threads)
     from models import model_files, one_line, resolve_model
