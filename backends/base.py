@@ -55,6 +55,11 @@ class Backend:
         runtime drops, ``lend(results)`` / ``reclaim()`` for results handed to the caller), or None."""
         return None
 
+    def graph_replayer(self) -> Any:
+        """A recorder that runs a graph's forward pass once per input signature as a device graph
+        and replays it afterwards (cupy: CUDA graphs), or None; see ``cupy_backend.CudaGraphs``."""
+        return None
+
     def memory_stats(self) -> dict[str, int]:
         """Device memory pool statistics where the library has a pool (cupy), else {}."""
         return {}

@@ -1,3 +1,215 @@
-"""CuPy-only fast paths (fused elementwise kernels and the like); see numpy_fast for the rules."""
+"""CuPy-only fast paths: fused elementwise kernels for activations and expressions.
+
+The generic Array API code stays the reference (and the fallback for anything these functions
+decline by returning None). What is here:
+
+* ``unary(name, x)`` / ``activation_inplace(y, spec)``: the activations of
+  :data:`UNARY_ACTIVATIONS` (and the plain fused specs ``"relu"``, ``("clamp", lo, hi)``,
+  ``("leaky", slope)``, ``("elu", alpha, scale, divisor)``) as one CUDA kernel each, in place
+  on a producer's fresh output (a convolution's or linear's fused activation) or into a fresh
+  array. The generic code makes 3-8 kernels and temporaries for SiLU, GELU, hardswish.
+* ``clamp(x, lo, hi)``: ReLU/ReLU6/clamp as one kernel that keeps NaN, -0.0 and subnormals as
+  torch does (``cupy.maximum`` flushed 1e-45 to 0 on an H100).
+* ``fuse_expression(tree)``: a whole ``pnnx.Expression`` tree of arithmetic and float functions
+  (``add(@0,mul(@1,sigmoid...))``...) compiled at build into one ``cupy.ElementwiseKernel``
+  (broadcasting as the Array API does); it runs when every input is a cupy array of one float
+  dtype, else the expression evaluator runs as usual.
+
+Kernels are compiled by CuPy on first use and cached on disk by CuPy; the C source of each is
+made from fixed templates and the expression tree's own tokens (input indices, finite float
+literals, names from a fixed table): nothing from a model file reaches the compiler as text.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Any
+
+import cupy
+
+__all__ = ["UNARY_ACTIVATIONS", "unary", "activation_inplace", "clamp", "fuse_expression",
+           "FUSED_FUNCTIONS"]
+
+_FLOATS = (cupy.dtype("float32"), cupy.dtype("float64"))
+
+#: name -> C body with ``x`` the input and ``y`` the output (T = float or double); the formulas
+#: are the numpy fast path's (so NaN/inf come out as torch's): sigmoid 1/(1+e^-x), SiLU
+#: x/(1+e^-x), GELU with CUDA's erf, Mish as x n(n+2)/(n(n+2)+2) with n = e^min(x,20)
+_UNARY_BODIES = {
+    "sigmoid": "y = T(1) / (T(1) + exp(-x));",
+    "silu": "y = x / (T(1) + exp(-x));",
+    "tanh": "y = tanh(x);",
+    "hardswish": "T t = x + T(3); t = t < T(0) ? T(0) : (t > T(6) ? T(6) : t); y = x * t / T(6);",
+    "hardsigmoid": "T t = x + T(3); t = t < T(0) ? T(0) : (t > T(6) ? T(6) : t); y = t / T(6);",
+    "gelu": "y = x * (T(0.5) + T(0.5) * erf(x * T(0.70710678118654752440)));",
+    "gelu_tanh": "y = T(0.5) * x * (T(1) + tanh(T(0.79788456080286535588) * "
+                 "(x + T(0.044715) * x * x * x)));",
+    "mish": "T n = exp(x < T(20) ? x : T(20)); T p = n * (n + T(2)); y = x * (p / (p + T(2)));",
+}
+#: the activations :func:`unary` and :func:`activation_inplace` compute (float32/float64 arrays)
+UNARY_ACTIVATIONS = frozenset(_UNARY_BODIES)
+
+# "relu", ("clamp", lo, hi), ("leaky", slope), ("elu", alpha, scale, div): as the layers and torch
+# (x > 0 ? x : x * s keeps NaN; clamp by comparisons keeps NaN, -0.0 and subnormals)
+_CLAMP = ("T v = x; if (v < lo) v = lo; if (v > hi) v = hi; y = v;", "T lo, T hi")
+_RELU = ("y = x < T(0) ? T(0) : x;", "")
+_LEAKY = ("y = x > T(0) ? x : x * s;", "T s")
+_ELU = ("y = x > T(0) ? scale * x : scale * alpha * expm1(x / div);", "T alpha, T scale, T div")
+
+_kernels: dict[tuple[str, str], Any] = {}
+
+
+def _kernel(name: str, body: str, params: str = "") -> Any:
+    key = (name, params)
+    k = _kernels.get(key)
+    if k is None:
+        ins = "T x" + (", " + params if params else "")
+        k = _kernels[key] = cupy.ElementwiseKernel(ins, "T y", body, f"kuiper_xp_{name}")
+    return k
+
+
+def _is_float(x: Any) -> bool:
+    return isinstance(x, cupy.ndarray) and x.dtype in _FLOATS
+
+
+def unary(name: str, x: Any) -> Any:
+    """One of :data:`UNARY_ACTIVATIONS` of a float32/float64 cupy array as a fresh array (one
+    kernel); other dtypes compute in float32 and convert back, as the numpy path."""
+    if not _is_float(x):
+        return unary(name, x.astype(cupy.float32)).astype(x.dtype)
+    return _kernel(name, _UNARY_BODIES[name])(x)
+
+
+def clamp(x: Any, lo: float | None, hi: float | None) -> Any:
+    """``min(max(x, lo), hi)`` (either bound None) of a float cupy array as a fresh array; None
+    for other dtypes (the layer's generic code runs)."""
+    if not _is_float(x) or x.ndim == 0:
+        return None
+    if lo == 0 and hi is None:
+        return _kernel("relu", *_RELU)(x)
+    return _kernel("clamp", *_CLAMP)(x, -math.inf if lo is None else lo, math.inf if hi is None else hi)
+
+
+def _into(kernel: Any, y: Any, *args: Any) -> Any:
+    """Run ``kernel`` with ``y`` as both input and output (elementwise: each element reads its
+    own value before writing it)."""
+    kernel(y, *args, y)
+    return y
+
+
+def activation_inplace(y: Any, spec: Any) -> Any:
+    """Apply a fused activation to the fresh array ``y``, in place (one kernel) for float
+    arrays; integer outputs and callables take the generic route."""
+    if callable(spec):
+        return spec(y)
+    if not _is_float(y):
+        if isinstance(spec, str) and spec in _UNARY_BODIES:
+            return unary(spec, y)
+        from array_api_compat import cupy as xp
+
+        from kuiper_xp.layers.base import apply_plain_spec
+
+        return apply_plain_spec(xp, y, spec)
+    if isinstance(spec, str) and spec in _UNARY_BODIES:
+        return _into(_kernel(spec, _UNARY_BODIES[spec]), y)
+    if spec == "relu":
+        return _into(_kernel("relu", *_RELU), y)
+    kind = spec[0]
+    if kind == "clamp":
+        lo, hi = spec[1], spec[2]
+        return _into(_kernel("clamp", *_CLAMP), y, -math.inf if lo is None else lo, math.inf if hi is None else hi)
+    if kind == "leaky":
+        return _into(_kernel("leaky", *_LEAKY), y, spec[1])
+    if kind == "elu":
+        return _into(_kernel("elu", *_ELU), y, *spec[1:4])
+    raise ValueError(f"unknown fused activation {spec!r}")
+
+
+# -- expressions ---------------------------------------------------------------------------------
+_NAN_MAX = "(a != a || b != b) ? (a + b) : (a > b ? a : b)"
+_NAN_MIN = "(a != a || b != b) ? (a + b) : (a < b ? a : b)"
+#: language function -> C template over the argument expressions (T = the inputs' float type).
+#: Only functions whose C/CUDA form has the generic path's semantics on float operands:
+#: true division, IEEE pow/atan2, NaN-propagating max/min, round half to even (rint).
+FUSED_FUNCTIONS: dict[str, str] = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "pow": "pow({0}, {1})", "atan2": "atan2({0}, {1})",
+    "max": "_kx_max({0}, {1})", "min": "_kx_min({0}, {1})",
+    "neg": "(-{0})", "abs": "fabs({0})", "square": "_kx_sq({0})", "reciprocal": "(T(1) / {0})",
+    "exp": "exp({0})", "expm1": "expm1({0})", "log": "log({0})", "log1p": "log1p({0})",
+    "log10": "log10({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})", "erf": "erf({0})",
+    "sin": "sin({0})", "cos": "cos({0})", "tan": "tan({0})", "asin": "asin({0})",
+    "acos": "acos({0})", "atan": "atan({0})", "sinh": "sinh({0})", "cosh": "cosh({0})",
+    "tanh": "tanh({0})", "asinh": "asinh({0})", "acosh": "acosh({0})", "atanh": "atanh({0})",
+    "floor": "floor({0})", "ceil": "ceil({0})", "round": "rint({0})", "trunc": "trunc({0})",
+}
+_PREAMBLE = (
+    "template <typename T> __device__ T _kx_max(T a, T b) { return " + _NAN_MAX + "; }\n"
+    "template <typename T> __device__ T _kx_min(T a, T b) { return " + _NAN_MIN + "; }\n"
+    "template <typename T> __device__ T _kx_sq(T a) { return a * a; }\n")
+#: trees larger than this stay on the evaluator (a kernel per distinct tree is compiled)
+MAX_FUSED_NODES = 256
+
+
+def _c_source(node: Any, used: set[int], count: list[int]) -> str | None:
+    count[0] += 1
+    if count[0] > MAX_FUSED_NODES:
+        return None
+    if node.kind == "input":
+        used.add(int(node.value))
+        return f"in{int(node.value)}"
+    if node.kind == "const":
+        v = node.value
+        if type(v) not in (int, float) or not math.isfinite(v) or abs(v) > 1e300:
+            return None
+        return f"T({float(v)!r})"
+    if node.kind != "call":
+        return None
+    name, args = node.value, node.args
+    if name in ("add", "sub") and len(args) == 3:  # add(a, b, alpha) = a + alpha * b
+        a, b, alpha = (_c_source(n, used, count) for n in args)
+        if a is None or b is None or alpha is None:
+            return None
+        return f"({a} {'+' if name == 'add' else '-'} {alpha} * {b})"
+    template = FUSED_FUNCTIONS.get(name)
+    if template is None or len(args) != (2 if "{1}" in template else 1):
+        return None
+    parts = [_c_source(n, used, count) for n in args]
+    if any(p is None for p in parts):
+        return None
+    return template.format(*parts)
+
+
+class FusedExpression:
+    """One ``pnnx.Expression`` as one elementwise kernel; ``__call__(inputs)`` returns the result
+    or None when the inputs do not qualify (not all cupy arrays of one float dtype, or a
+    constant-only tree)."""
+
+    def __init__(self, body: str, used: list[int]):
+        self.used = used
+        self.source = body
+        params = ", ".join(f"T in{i}" for i in used)
+        self.kernel = cupy.ElementwiseKernel(params, "T out0", f"out0 = {body};", "kuiper_xp_expr",
+                                             preamble=_PREAMBLE)
+
+    def __call__(self, inputs: Any) -> Any:
+        args = []
+        dt = None
+        for i in self.used:
+            a = inputs[i]
+            if not isinstance(a, cupy.ndarray) or (dt is not None and a.dtype != dt) or a.dtype not in _FLOATS:
+                return None
+            dt = a.dtype
+            args.append(a)
+        return self.kernel(*args)
+
+
+def fuse_expression(tree: Any) -> FusedExpression | None:
+    """A fused kernel for the expression ``tree`` (a parsed :class:`kuiper_xp.expression.Node`),
+    or None where any node is outside :data:`FUSED_FUNCTIONS`, a literal is not a finite number,
+    or the tree reads no input."""
+    used: set[int] = set()
+    body = _c_source(tree, used, [0])
+    if body is None or not used or tree.kind != "call":
+        return None
+    return FusedExpression(body, sorted(used))

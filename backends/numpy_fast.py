@@ -680,10 +680,16 @@ def _workspace(shape: tuple[int, ...], dtype: Any, slot: int = 0) -> np.ndarray:
 
 
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """``a`` reshaped without a copy (raises instead of silently copying)."""
+    """``a`` reshaped without a copy (raises instead of silently copying): ``reshape(copy=False)``
+    on numpy >= 2.1 (setting ``.shape`` warns from numpy 2.5), the ``.shape`` setter before."""
+    if _RESHAPE_NO_COPY:
+        return np.reshape(a, shape, copy=False)
     v = a.view()
     v.shape = shape
     return v
+
+
+_RESHAPE_NO_COPY = tuple(int(p) for p in np.__version__.split(".")[:2]) >= (2, 1)
 
 
 def _copy_channels(dst: np.ndarray, src: np.ndarray, axis: int = 0) -> None:

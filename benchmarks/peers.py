@@ -121,7 +121,14 @@ class KuiperRunner(Runner):
         return [self.backend.to_numpy(a) for a in raw]
 
     def memory(self) -> dict[str, int]:
-        return dict(self.backend.memory_stats()) if self.backend is not None else {}
+        if self.backend is None:
+            return {}
+        stats = dict(self.backend.memory_stats())
+        graph_pool = getattr(getattr(self.g, "_replayer", None), "_pool", None)
+        if graph_pool is not None and stats:  # the CUDA graphs' private pool (cupy)
+            stats["graph_pool_bytes"] = int(graph_pool.total_bytes())
+            stats["total_bytes"] = stats.get("total_bytes", 0) + stats["graph_pool_bytes"]
+        return stats
 
     def close(self) -> None:
         self.g = None

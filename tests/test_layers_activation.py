@@ -29,6 +29,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:Runtim
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def gelu(x, approximate="none"):
+    """torch's GELU with GELU(+inf) = +inf, its limit: torch 2.13's CPU kernel gives +inf there, but
+    torch 2.11's AVX-512 kernel (the GPU machine's CPU) gives NaN, which would fail the NaN checks
+    of every backend on that machine."""
+    return torch.where(torch.isposinf(x), x, F.gelu(x, approximate=approximate))
+
+
 def special_input(shape=(2, 3, 4, 5), dtype=np.float32, seed=0):
     """Random values with NaN, +-Inf, +-0, +-3 (kinks), +-25 and +-100 (overflow checks) mixed in."""
     rng = np.random.default_rng(seed)
@@ -93,8 +100,8 @@ ELEMENTWISE = [
     ("F.sigmoid", "", torch.sigmoid),
     ("nn.Tanh", "", torch.tanh),
     ("F.tanh", "", torch.tanh),
-    ("nn.GELU", "", F.gelu),
-    ("F.gelu", "approximate=tanh", lambda x: F.gelu(x, approximate="tanh")),
+    ("nn.GELU", "", gelu),
+    ("F.gelu", "approximate=tanh", lambda x: gelu(x, approximate="tanh")),
     ("nn.Mish", "", F.mish),
     ("F.mish", "", F.mish),
     ("nn.Softplus", "beta=2.0 threshold=10.0", lambda x: F.softplus(x, 2.0, 10.0)),
@@ -119,7 +126,7 @@ def test_elementwise_matches_torch(backend, op_type, params, fn):
 
 
 @pytest.mark.parametrize("op_type,params,fn", [
-    ("nn.GELU", "", F.gelu), ("nn.SiLU", "", F.silu), ("nn.Mish", "", F.mish),
+    ("nn.GELU", "", gelu), ("nn.SiLU", "", F.silu), ("nn.Mish", "", F.mish),
     ("nn.ELU", "alpha=0.7", lambda x: F.elu(x, 0.7)), ("F.softplus", "beta=2.0 threshold=20.0",
                                                        lambda x: F.softplus(x, 2.0, 20.0)),
     ("nn.Hardswish", "", F.hardswish), ("nn.Sigmoid", "", torch.sigmoid), ("nn.LogSigmoid", "", F.logsigmoid),
@@ -156,7 +163,7 @@ def test_activations_on_a_noncontiguous_input(backend):
     xt = np.transpose(x, (0, 2, 3, 1))
     xp = backend.xp
     arr = xp.permute_dims(backend.asarray(x), (0, 2, 3, 1))
-    for op_type, fn in (("nn.Hardswish", F.hardswish), ("nn.GELU", F.gelu), ("nn.ReLU6", F.relu6)):
+    for op_type, fn in (("nn.Hardswish", F.hardswish), ("nn.GELU", gelu), ("nn.ReLU6", F.relu6)):
         check(make_layer(backend, op_type)(arr), torch_ref(fn, xt), rtol=2e-6, atol=2e-6, what=op_type)
 
 
@@ -361,7 +368,9 @@ def activation_export(tmp_path_factory):
 def test_exported_activations_match_torch(model_backend, activation_export):
     x = torch.from_numpy(special_input(seed=9))
     module = ActivationZoo()
-    expected = torch_outputs(module, (x,))
+    expected = list(torch_outputs(module, (x,)))
+    for k in (8, 9, 30, 31):  # the GELU outputs: +inf at +inf (see gelu above)
+        expected[k] = np.where(np.isposinf(x.numpy()), np.float32(np.inf), expected[k])
     got = run_graph(activation_export, model_backend, (x,))
     assert len(got) == len(expected)
     for k, (a, e) in enumerate(zip(got, expected)):
@@ -398,8 +407,8 @@ FAST_UNARY = {
     "silu": ("nn.SiLU", "", F.silu),
     "hardswish": ("nn.Hardswish", "", F.hardswish),
     "hardsigmoid": ("nn.Hardsigmoid", "", F.hardsigmoid),
-    "gelu": ("nn.GELU", "", F.gelu),
-    "gelu_tanh": ("nn.GELU", "approximate=tanh", lambda x: F.gelu(x, approximate="tanh")),
+    "gelu": ("nn.GELU", "", gelu),
+    "gelu_tanh": ("nn.GELU", "approximate=tanh", lambda x: gelu(x, approximate="tanh")),
     "mish": ("nn.Mish", "", F.mish),
     "tanh": ("nn.Tanh", "", torch.tanh),
 }
@@ -523,7 +532,7 @@ def test_numba_gelu_matches_numpy_path_and_torch(monkeypatch):
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     x = (np.random.default_rng(3).standard_normal(7919) * 4).astype(np.float32)
     x[:6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30]
-    want = F.gelu(torch.from_numpy(x)).numpy()
+    want = gelu(torch.from_numpy(x)).numpy()
     plain = nf.unary("gelu", x)
     old_threads, old = nf.set_num_threads(3), nf.use_numba(True)
     try:
@@ -538,7 +547,7 @@ def test_numba_gelu_matches_numpy_path_and_torch(monkeypatch):
     np.testing.assert_array_equal(got, plain)
     np.testing.assert_array_equal(inplace, plain)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)  # the numpy path's own bound
-    np.testing.assert_allclose(x64, F.gelu(torch.from_numpy(x.astype(np.float64))).numpy(), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(x64, gelu(torch.from_numpy(x.astype(np.float64))).numpy(), rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.parametrize("name,fn", [("silu", F.silu), ("sigmoid", torch.sigmoid)])

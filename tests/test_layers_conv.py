@@ -604,17 +604,18 @@ def test_numpy_fast_gemm_row_blocks_fuse_the_activation(monkeypatch, act, rows_b
     try:
         for cin, cout, k, s, p, h, w in [(3, 16, 6, 2, 2, 37, 30), (5, 7, 3, 1, 1, 19, 23)]:
             x, wt, b = rnd(2, cin, h, w), rnd(cout, cin, k, k, seed=1), rnd(cout, seed=2)
-            ref = F.conv2d(t(x), t(wt), t(b), s, p)
+            pre = F.conv2d(t(x), t(wt), t(b), s, p)
             if isinstance(act, tuple):
-                ref = F.leaky_relu(ref, act[1]) if act[0] == "leaky" else torch.clamp(ref, act[1], act[2])
+                ref = F.leaky_relu(pre, act[1]) if act[0] == "leaky" else torch.clamp(pre, act[1], act[2])
             else:
-                ref = torch_act[act](ref)
+                ref = torch_act[act](pre)
             plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)))
             assert plan.algo == "gemm"
             with nf.compute_scope():
                 got = plan(x, act)
             assert got.flags.c_contiguous
-            assert_close(got, ref.numpy(), rtol=RTOL, what=f"{act} k{k} s{s}")
+            # the sums' rounding scales with the convolution's output, not the clamped one's
+            assert_close(got, ref.numpy(), rtol=RTOL, atol=RTOL * float(pre.abs().max()), what=f"{act} k{k} s{s}")
     finally:
         nf.set_num_threads(old)
 

@@ -207,7 +207,10 @@ def test_read_only_and_non_contiguous_inputs(models, model_backend, layout):
     g = kuiper_xp.load(models["chain"], backend=model_backend)
     before = x.copy()
     (y,) = g(x)
-    np.testing.assert_array_equal(kuiper_xp.to_numpy(y), torch_chain(x))
+    if model_backend.name == "cupy":  # the GPU's exp differs from the CPU's by an ulp
+        np.testing.assert_allclose(kuiper_xp.to_numpy(y), torch_chain(x), rtol=3e-7, atol=0)
+    else:
+        np.testing.assert_array_equal(kuiper_xp.to_numpy(y), torch_chain(x))
     np.testing.assert_array_equal(x, before)  # the input is never written
 
 

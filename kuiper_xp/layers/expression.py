@@ -59,6 +59,12 @@ class Expression(Layer):
         self._scalar_dtype = scalar_dtype
         if scalar_dtype is not None:
             self.forward = self._forward_array  # type: ignore[method-assign]
+        # the whole tree as one fused kernel where the backend compiles one (cupy)
+        fuse = getattr(ctx.fast, "fuse_expression", None)
+        self._fused = fuse(program.tree) if fuse is not None and program.mode == "closure" else None
+        if self._fused is not None:
+            self.forward = self._forward_fused  # type: ignore[method-assign]
+            return
         # a binary op of two inputs (residual add) goes to the backend's fast path when it has one
         root, fast = program.tree, getattr(ctx.fast, "binary", None)
         self._binary = None
@@ -95,6 +101,15 @@ class Expression(Layer):
         fast, name, i, j = self._binary  # type: ignore[misc]
         out = fast(name, inputs[i], inputs[j])
         if out is None:
+            return self._forward_array(*inputs) if self._scalar_dtype is not None else self._fn(inputs)
+        return out
+
+    def _forward_fused(self, *inputs: Any) -> Any:
+        try:
+            out = self._fused(inputs)  # type: ignore[misc]
+        except Exception:  # shapes that do not broadcast: the evaluator's own error names the call
+            out = None
+        if out is None:  # inputs of other dtypes, or not the backend's arrays
             return self._forward_array(*inputs) if self._scalar_dtype is not None else self._fn(inputs)
         return out
 

@@ -1,0 +1,192 @@
+"""The cupy backend's own paths: fused expression kernels and CUDA-graph replay (skipped where no
+CUDA device answers). The rest of the suite runs on the cupy leg through the ``backend``
+fixture; these tests check what only exists there, against torch and the generic code."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from conftest import assert_close
+from helpers import export_torch, make_layer, torch_outputs
+from kuiper_xp.backends import get_backend, list_backends
+
+import kuiper_xp
+
+_CUPY = {i.name: i for i in list_backends()}["cupy"]
+pytestmark = pytest.mark.skipif(not _CUPY.available, reason=f"cupy unavailable: {_CUPY.reason}")
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+@pytest.fixture(scope="module")
+def cp_backend():
+    return get_backend("cupy")
+
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.0, 2.5, 80.0, -80.0], np.float32)
+
+# (expression, torch function of the inputs); every one is fused on cupy
+FUSED = [
+    ("add(@0,mul(@1,@2))", lambda a, b, c: a + b * c),  # the seeds' example
+    ("div(sub(@0,@1),add(abs(@2),0.5))", lambda a, b, c: (a - b) / (c.abs() + 0.5)),
+    ("mul(@0,div(1,add(1,exp(neg(@0)))))", lambda a: a * (1 / (1 + torch.exp(-a)))),
+    ("max(@0,min(@1,3.5))", lambda a, b: torch.maximum(a, torch.minimum(b, torch.tensor(3.5)))),
+    ("pow(@0,2)", lambda a: a ** 2),
+    ("sqrt(add(square(@0),1e-05))", lambda a: torch.sqrt(a * a + 1e-05)),
+    ("rsqrt(add(@0,1))", lambda a: torch.rsqrt(a + 1)),
+    ("add(@0,@1,2)", lambda a, b: a + 2 * b),
+    ("sub(@0,@1,0.5)", lambda a, b: a - 0.5 * b),
+    ("round(mul(@0,2.5))", lambda a: torch.round(a * 2.5)),
+    ("floor(@0)", torch.floor),
+    ("tanh(atan2(@0,@1))", lambda a, b: torch.tanh(torch.atan2(a, b))),
+    ("mul(erf(@0),log1p(abs(@1)))", lambda a, b: torch.erf(a) * torch.log1p(b.abs())),
+]
+
+
+def _inputs(n, shapes, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        x = (rng.standard_normal(shapes[k % len(shapes)]) * 3).astype(dtype)
+        flat = x.reshape(-1)
+        flat[: min(flat.size, SPECIAL.size)] = SPECIAL[: flat.size].astype(dtype)
+        out.append(x)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("expr,fn", FUSED, ids=[e for e, _ in FUSED])
+def test_fused_expression_matches_torch_and_the_generic_path(cp_backend, expr, fn, dtype):
+    """One kernel per expression, broadcasting (4-D with a per-channel and a scalar-like input),
+    NaN/inf where torch has them; the same as the evaluator's generic result."""
+    n = 1 + max(int(t[0]) for t in expr.split("@")[1:])
+    layer = make_layer(cp_backend, "pnnx.Expression", f"expr={expr}", n_in=n)
+    assert layer._fused is not None, f"{expr} was not fused"
+    shapes = [(2, 3, 4, 5), (1, 3, 1, 1), (2, 3, 4, 5)]
+    host = _inputs(n, shapes, dtype)
+    got = layer(*[cp_backend.asarray(h) for h in host])
+    with torch.no_grad():
+        want = fn(*[torch.from_numpy(h) for h in host]).numpy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's warnings on inf - inf and the like
+        generic = make_layer(get_backend("numpy"), "pnnx.Expression", f"expr={expr}", n_in=n)(*host)
+    tol = 4e-6 if dtype == np.float32 else 1e-12
+    assert_close(got, want, rtol=tol, atol=tol, what=f"{expr} vs torch")
+    assert_close(got, np.asarray(generic), rtol=tol, atol=tol, what=f"{expr} vs generic")
+
+
+def test_fused_expression_falls_back_for_other_dtypes_and_bad_shapes(cp_backend):
+    """Integer inputs, mixed float dtypes and numpy inputs take the evaluator (torch's promotion);
+    shapes that do not broadcast get the evaluator's error naming the expression."""
+    layer = make_layer(cp_backend, "pnnx.Expression", "expr=add(@0,mul(@1,2))", n_in=2)
+    assert layer._fused is not None
+    a = cp_backend.asarray(np.arange(6, dtype=np.int64).reshape(2, 3))
+    b = cp_backend.asarray(np.ones((2, 3), np.float64))
+    out = layer(a, a)
+    assert out.dtype == cp_backend.xp.int64
+    np.testing.assert_array_equal(kuiper_xp.to_numpy(out), np.arange(6).reshape(2, 3) * 3)
+    out = layer(cp_backend.asarray(np.ones((2, 3), np.float32)), b)
+    assert out.dtype == cp_backend.xp.float64  # float32 + float64 tensor: float64, as torch
+    with pytest.raises(Exception, match="add|mul|broadcast|shape"):
+        layer(cp_backend.asarray(np.ones((2, 3), np.float32)), cp_backend.asarray(np.ones((4,), np.float32)))
+
+
+def test_not_fused_when_a_function_is_outside_the_table(cp_backend):
+    for expr in ("fmod(@0,2.0)", "eq(@0,@1)", "size(@0,1)", "add(@0,inf)"):
+        n = 2 if "@1" in expr else 1
+        try:
+            layer = make_layer(cp_backend, "pnnx.Expression", f"expr={expr}", n_in=n)
+        except Exception:  # noqa: BLE001 - a literal the parser refuses: nothing to fuse either
+            continue
+        assert layer._fused is None, expr
+
+
+# -- CUDA graphs -----------------------------------------------------------------------------------
+class SmallNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8)
+        self.fc = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = F.silu(self.bn(self.c1(x)))
+        y = y + torch.sigmoid(y) * 0.5
+        y = F.relu(self.c2(y))
+        return self.fc(y.mean((2, 3))), y
+
+
+@pytest.fixture(scope="module")
+def small_net(tmp_path_factory):
+    torch.manual_seed(0)
+    m = SmallNet().eval()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-0.5, 0.5)
+        m.bn.running_var.uniform_(0.5, 2.0)
+    d = tmp_path_factory.mktemp("graphs")
+    param = export_torch(m, (torch.randn(1, 3, 16, 16),), d, inputs2=(torch.randn(2, 3, 20, 20),))
+    return m, param
+
+
+def test_cuda_graph_replays_match_eager_and_torch(small_net, monkeypatch):
+    """Call 1 eager, call 2 captures, later calls replay: each with new input values (copied into
+    the graph's static inputs), results bit-equal to the eager path and close to torch, earlier
+    results not overwritten by later replays; a second shape gets its own graph."""
+    m, param = small_net
+    g = kuiper_xp.load(param, backend="cupy")
+    eager = kuiper_xp.load(param, backend="cupy")
+    eager.cuda_graphs = False
+    assert g.cuda_graphs
+    rng = np.random.default_rng(1)
+    kept = []
+    for shape in [(1, 3, 16, 16)] * 5 + [(2, 3, 20, 20)] * 3 + [(1, 3, 16, 16)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        outs = g(x)
+        ref = eager(x)
+        for a, b in zip(outs, ref):
+            np.testing.assert_array_equal(kuiper_xp.to_numpy(a), kuiper_xp.to_numpy(b))
+        for a, e in zip(outs, torch_outputs(m, (torch.from_numpy(x),))):
+            assert_close(a, e, rtol=1e-4)
+        kept.append((x, [kuiper_xp.to_numpy(o).copy() for o in outs], outs))
+    for _x, host, outs in kept:  # replays return fresh arrays: earlier results unchanged
+        for h, o in zip(host, outs):
+            np.testing.assert_array_equal(kuiper_xp.to_numpy(o), h)
+    st = g._replayer.stats
+    assert st["captured"] == 2 and not st["failed"], st
+    assert st["replays"] == 3 + 1 + 1, st
+
+
+def test_cuda_graph_capture_failure_falls_back_to_eager(small_net, monkeypatch):
+    """A layer that reads a device value on the host cannot be captured: a warning, that shape
+    stays eager, and the results are still right."""
+    m, param = small_net
+    g = kuiper_xp.load(param, backend="cupy").build()
+    layer = g._steps[-1].layer
+    orig = layer.forward
+
+    def syncing(*args):
+        float(kuiper_xp.to_numpy(args[0]).ravel()[0])  # a device-to-host copy
+        return orig(*args)
+
+    monkeypatch.setattr(layer, "forward", syncing)
+    x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    expected = torch_outputs(m, (torch.from_numpy(x),))
+    g(x)
+    with pytest.warns(RuntimeWarning, match="CUDA graph capture"):
+        outs = g(x)
+    outs2 = g(x)
+    for o, o2, e in zip(outs, outs2, expected):
+        assert_close(o, e, rtol=1e-4)
+        assert_close(o2, e, rtol=1e-4)
+    st = g._replayer.stats
+    assert st["captured"] == 0 and len(st["failed"]) == 1 and st["replays"] == 0
+
+
+def test_cuda_graphs_switched_off_by_the_environment(small_net, monkeypatch):
+    monkeypatch.setenv("KUIPER_XP_CUDA_GRAPHS", "0")
+    g = kuiper_xp.load(small_net[1], backend="cupy")
+    assert not g.cuda_graphs
