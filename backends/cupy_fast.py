@@ -28,7 +28,7 @@ from typing import Any
 import cupy
 
 __all__ = ["UNARY_ACTIVATIONS", "unary", "activation_inplace", "clamp", "fuse_expression",
-           "FUSED_FUNCTIONS"]
+           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat"]
 
 _FLOATS = (cupy.dtype("float32"), cupy.dtype("float64"))
 
@@ -52,7 +52,8 @@ UNARY_ACTIVATIONS = frozenset(_UNARY_BODIES)
 # "relu", ("clamp", lo, hi), ("leaky", slope), ("elu", alpha, scale, div): as the layers and torch
 # (x > 0 ? x : x * s keeps NaN; clamp by comparisons keeps NaN, -0.0 and subnormals)
 _CLAMP = ("T v = x; if (v < lo) v = lo; if (v > hi) v = hi; y = v;", "T lo, T hi")
-_RELU = ("y = x < T(0) ? T(0) : x;", "")
+_RELU = ("y = (x != x) ? x : (signbit(x) ? T(0) : x);", "")  # by the sign bit: kernels flush
+# subnormals to zero in comparisons (-1e-45 < 0 was false on an H100), the stored x is not flushed
 _LEAKY = ("y = x > T(0) ? x : x * s;", "T s")
 _ELU = ("y = x > T(0) ? scale * x : scale * alpha * expm1(x / div);", "T alpha, T scale, T div")
 
@@ -213,3 +214,169 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
     if body is None or not used or tree.kind != "call":
         return None
     return FusedExpression(body, sorted(used))
+
+
+# -- convolution ---------------------------------------------------------------------------------
+# Three kernels at most per convolution, none of which copies host data to the device (so that a
+# forward pass can be captured as a CUDA graph; cupy's stack/concatenate of many arrays copies a
+# table of pointers from the host): an im2col kernel that reads the zero padding in place, one 2-D
+# cuBLAS GEMM per group, and an epilogue kernel (NCHW order + bias); depthwise convolutions are one
+# direct kernel. The fused activation then runs in place (one kernel).
+_IM2COL = cupy.ElementwiseKernel(
+    "raw T x, int64 N, int64 C, int64 H, int64 W, int64 Ho, int64 Wo, int64 kh, int64 kw, "
+    "int64 sh, int64 sw, int64 dh, int64 dw, int64 ph, int64 pw, int64 Cg",
+    "T col",
+    """
+    const long long P = N * Ho * Wo, K = Cg * kh * kw;
+    const long long p = i % P, r = i / P;
+    const long long k = r % K, g = r / K;
+    const long long kx = k % kw, ky = (k / kw) % kh, c = g * Cg + k / (kh * kw);
+    const long long ox = p % Wo, oy = (p / Wo) % Ho, n = p / (Ho * Wo);
+    const long long iy = oy * sh - ph + ky * dh, ix = ox * sw - pw + kx * dw;
+    col = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[((n * C + c) * H + iy) * W + ix] : T(0);
+    """,
+    "kuiper_xp_im2col")
+
+# y (N, O, P1) from the GEMM's (O, N*P1) + bias
+_EPILOGUE = cupy.ElementwiseKernel(
+    "raw T src, raw T bias, int64 O, int64 N, int64 P1",
+    "T y",
+    """
+    const long long p = i % P1, o = (i / P1) % O, n = i / (P1 * O);
+    y = src[(o * N + n) * P1 + p] + bias[o];
+    """,
+    "kuiper_xp_conv_epilogue")
+
+_DEPTHWISE = cupy.ElementwiseKernel(
+    "raw T x, raw T w, raw T bias, int64 C, int64 H, int64 W, int64 O, int64 Ho, int64 Wo, "
+    "int64 kh, int64 kw, int64 sh, int64 sw, int64 dh, int64 dw, int64 ph, int64 pw, int64 mult",
+    "T y",
+    """
+    const long long ox = i % Wo, oy = (i / Wo) % Ho, o = (i / (Wo * Ho)) % O, n = i / (Wo * Ho * O);
+    const long long c = o / mult;
+    const T* xc = &x[(n * C + c) * H * W];
+    const T* wo = &w[o * kh * kw];
+    T acc = bias[o];
+    for (long long ky = 0; ky < kh; ++ky) {
+        const long long iy = oy * sh - ph + ky * dh;
+        if (iy < 0 || iy >= H) continue;
+        for (long long kx = 0; kx < kw; ++kx) {
+            const long long ix = ox * sw - pw + kx * dw;
+            if (ix >= 0 && ix < W) acc += xc[iy * W + ix] * wo[ky * kw + kx];
+        }
+    }
+    y = acc;
+    """,
+    "kuiper_xp_depthwise")
+
+
+class Conv2dPlan:
+    """A 2-D convolution with its weights packed once: ``plan(x, act=None)`` for an NCHW cupy
+    array of the weights' dtype (others go to the generic code). ``algo``: ``depthwise`` (one
+    input channel per group: a direct kernel), ``1x1`` (stride 1, no padding, one group: the
+    input is the GEMM's right-hand side, no im2col) or ``gemm``."""
+
+    def __init__(self, weight: Any, bias: Any, stride, dilation, groups: int, pads):
+        o, cg, kh, kw = (int(v) for v in weight.shape)
+        self.o, self.cg, self.kh, self.kw, self.groups = o, cg, kh, kw, int(groups)
+        self.stride, self.dilation = tuple(int(v) for v in stride), tuple(int(v) for v in dilation)
+        self.pads = tuple((int(a), int(b)) for a, b in pads)
+        self.dtype = weight.dtype
+        self.weight = cupy.ascontiguousarray(weight)
+        self.wmat = self.weight.reshape(self.groups, o // self.groups, cg * kh * kw)
+        self.has_bias = bias is not None
+        self.bias = (cupy.ascontiguousarray(bias).astype(weight.dtype, copy=False) if bias is not None
+                     else cupy.zeros((o,), dtype=weight.dtype))
+        if cg == 1 and self.groups > 1:
+            self.algo = "depthwise"
+        elif (kh, kw) == (1, 1) and self.stride == (1, 1) and self.groups == 1 and not any(
+                a or b for a, b in self.pads):
+            self.algo = "1x1"
+        else:
+            self.algo = "gemm"
+
+    def _generic(self, x: Any) -> Any:
+        from array_api_compat import cupy as xp
+
+        from kuiper_xp.layers.functional import conv2d
+
+        return conv2d(x, self.weight, self.bias if self.has_bias else None, self.stride, self.pads,
+                      self.dilation, self.groups, xp=xp)
+
+    def __call__(self, x: Any, act: Any = None, channels_last: bool = False) -> Any:
+        if not isinstance(x, cupy.ndarray) or x.dtype != self.dtype or x.ndim != 4:
+            y = self._generic(x)
+        else:
+            y = self._run(cupy.ascontiguousarray(x))
+        return y if act is None else activation_inplace(y, act)
+
+    def _run(self, x: Any) -> Any:
+        n, c, h, w = (int(v) for v in x.shape)
+        (sh, sw), (dh, dw), ((pt, pb), (pl, pr)) = self.stride, self.dilation, self.pads
+        kh, kw, o, g, cg = self.kh, self.kw, self.o, self.groups, self.cg
+        ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+        wo = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+        if ho <= 0 or wo <= 0 or c != cg * g:
+            return self._generic(x)  # the generic code raises its clear error
+        p1 = ho * wo
+        if self.algo == "depthwise":
+            y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
+            _DEPTHWISE(x, self.weight, self.bias, c, h, w, o, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl,
+                       o // g, y)
+            return y
+        og = o // g
+        if self.algo == "1x1":
+            y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
+            w2 = self.wmat[0]
+            for b in range(n):
+                cupy.matmul(w2, x[b].reshape(c, p1), out=y[b].reshape(o, p1))
+            if self.has_bias:
+                y += self.bias.reshape(1, o, 1, 1)
+            return y
+        k = cg * kh * kw
+        cols = cupy.empty((g, k, n * p1), dtype=x.dtype)
+        _IM2COL(x, n, c, h, w, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl, cg, cols)
+        tmp = cupy.empty((g, og, n * p1), dtype=x.dtype)
+        for j in range(g):
+            cupy.matmul(self.wmat[j], cols[j], out=tmp[j])
+        y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
+        _EPILOGUE(tmp, self.bias, o, n, p1, y)
+        return y
+
+
+def conv2d_plan(weight, bias=None, *, stride=(1, 1), dilation=(1, 1), groups=1, pads=((0, 0), (0, 0)),
+                input_hw=None, transient: bool = False, **_: Any) -> Conv2dPlan | None:
+    """A :class:`Conv2dPlan` for float32/float64 cupy weights, else None (the generic code)."""
+    if not isinstance(weight, cupy.ndarray) or weight.ndim != 4 or weight.dtype not in _FLOATS:
+        return None
+    if bias is not None and not isinstance(bias, cupy.ndarray):
+        return None
+    return Conv2dPlan(weight, bias, stride, dilation, groups, pads)
+
+
+def concat(xs: Any, axis: int) -> Any:
+    """``concatenate(xs, axis)`` as one slice copy per piece (cupy's own concatenate copies a host
+    table of pointers for many pieces, which a CUDA graph capture refuses); None when the pieces
+    are not cupy arrays of one dtype and rank whose other dimensions agree (the generic code then
+    reports the mismatch or promotes)."""
+    first = xs[0]
+    if not isinstance(first, cupy.ndarray):
+        return None
+    nd, dt = first.ndim, first.dtype
+    if nd == 0 or not 0 <= axis < nd:
+        return None
+    for a in xs:
+        if not isinstance(a, cupy.ndarray) or a.dtype != dt or a.ndim != nd or any(
+                a.shape[d] != first.shape[d] for d in range(nd) if d != axis):
+            return None
+    shape = list(first.shape)
+    shape[axis] = sum(int(a.shape[axis]) for a in xs)
+    out = cupy.empty(shape, dtype=dt)
+    off = 0
+    lead = (slice(None),) * axis
+    for a in xs:
+        m = int(a.shape[axis])
+        if m:
+            out[lead + (slice(off, off + m),)] = a
+        off += m
+    return out
