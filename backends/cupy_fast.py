@@ -22,13 +22,16 @@ literals, names from a fixed table): nothing from a model file reaches the compi
 
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
 from typing import Any
 
 import cupy
+import numpy as np
 
 __all__ = ["UNARY_ACTIVATIONS", "unary", "activation_inplace", "clamp", "fuse_expression",
-           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat"]
+           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul"]
 
 _FLOATS = (cupy.dtype("float32"), cupy.dtype("float64"))
 
@@ -328,8 +331,7 @@ class Conv2dPlan:
         if self.algo == "1x1":
             y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
             w2 = self.wmat[0]
-            for b in range(n):
-                cupy.matmul(w2, x[b].reshape(c, p1), out=y[b].reshape(o, p1))
+            _gemm(w2, x.reshape(n, c, p1), y.reshape(n, o, p1))
             if self.has_bias:
                 y += self.bias.reshape(1, o, 1, 1)
             return y
@@ -337,8 +339,7 @@ class Conv2dPlan:
         cols = cupy.empty((g, k, n * p1), dtype=x.dtype)
         _IM2COL(x, n, c, h, w, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl, cg, cols)
         tmp = cupy.empty((g, og, n * p1), dtype=x.dtype)
-        for j in range(g):
-            cupy.matmul(self.wmat[j], cols[j], out=tmp[j])
+        _gemm(self.wmat, cols, tmp)
         y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
         _EPILOGUE(tmp, self.bias, o, n, p1, y)
         return y
@@ -379,4 +380,151 @@ def concat(xs: Any, axis: int) -> Any:
         if m:
             out[lead + (slice(off, off + m),)] = a
         off += m
+    return out
+
+
+# -- matrix products -----------------------------------------------------------------------------
+# cupy refuses any cuBLAS call while a stream is being captured into a CUDA graph (its binding of
+# cublasSetStream raises), although cuBLAS itself supports capture. The products here call
+# cuBLAS's strided-batched GEMM through ctypes on cupy's own handle, with a fixed workspace (so
+# that nothing is allocated inside a capture); eager calls take the same path, so a replayed graph
+# is bit-identical to the eager pass. Where the library cannot be found, cupy.matmul is used (and
+# graphs with products fail their capture and stay eager).
+_BLAS_LOCK = threading.Lock()
+_blas_state: dict[str, Any] = {}
+_WORKSPACE_BYTES = 32 << 20
+
+
+def _blas() -> Any:
+    lib = _blas_state.get("lib")
+    if lib is not None or "error" in _blas_state:
+        return lib
+    with _BLAS_LOCK:
+        if "lib" in _blas_state or "error" in _blas_state:
+            return _blas_state.get("lib")
+        try:
+            handle = cupy.cuda.device.get_cublas_handle()  # loads libcublas into the process
+            path = None
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    name = line.rsplit("/", 1)[-1]
+                    if name.startswith("libcublas.so"):
+                        path = line.split(None, 5)[-1].strip()
+                        break
+            if path is None:
+                raise OSError("libcublas is not mapped in this process")
+            lib = ctypes.CDLL(path)
+            vp, i32, i64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+            for fn in ("cublasSgemmStridedBatched", "cublasDgemmStridedBatched"):
+                f = getattr(lib, fn)
+                f.argtypes = [vp, i32, i32, i32, i32, i32, vp, vp, i32, i64, vp, i32, i64, vp, vp, i32, i64, i32]
+                f.restype = i32
+            lib.cublasSetStream_v2.argtypes = [vp, vp]
+            lib.cublasSetStream_v2.restype = i32
+            ws = cupy.empty(_WORKSPACE_BYTES, dtype=cupy.uint8)
+            if hasattr(lib, "cublasSetWorkspace_v2"):
+                lib.cublasSetWorkspace_v2.argtypes = [vp, vp, ctypes.c_size_t]
+                lib.cublasSetWorkspace_v2.restype = i32
+                if lib.cublasSetWorkspace_v2(handle, ws.data.ptr, _WORKSPACE_BYTES) != 0:
+                    raise OSError("cublasSetWorkspace failed")
+            _blas_state.update(lib=lib, workspace=ws, handle_dev=cupy.cuda.Device().id)
+        except Exception as exc:  # noqa: BLE001 - no usable cuBLAS: cupy.matmul
+            _blas_state["error"] = f"{type(exc).__name__}: {exc}"
+            return None
+    return _blas_state["lib"]
+
+
+def _layout(x: Any, rows: int, cols: int) -> tuple[int, int] | None:
+    """(op, ld) of a matrix view ``x`` (last two axes ``rows x cols``) for column-major cuBLAS:
+    row-major storage is the transpose as-is (op N), column-major needs op T; None otherwise."""
+    isz = x.itemsize
+    s_r, s_c = x.strides[-2], x.strides[-1]
+    if (s_c == isz or cols == 1) and (rows == 1 or (s_r % isz == 0 and s_r // isz >= cols)):
+        return 0, max(cols, s_r // isz if rows > 1 else cols, 1)
+    if (s_r == isz or rows == 1) and (cols == 1 or (s_c % isz == 0 and s_c // isz >= rows)):
+        return 1, max(rows, s_c // isz if cols > 1 else rows, 1)
+    return None
+
+
+def _batch_stride(x: Any, nb: int) -> int | None:
+    """The element stride between consecutive matrices of ``x`` over its flattened batch axes
+    (0 for a broadcast operand), or None when the batch axes do not flatten to one stride."""
+    if nb == 0:
+        return 0
+    shape, strides = x.shape[:nb], x.strides[:nb]
+    isz = x.itemsize
+    dims = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    if not dims:
+        return 0
+    if all(st == 0 for _, st in dims):
+        return 0
+    step = dims[-1][1]
+    expect = step
+    for n, st in reversed(dims):
+        if st != expect or st % isz:
+            return None
+        expect = st * n
+    return step // isz
+
+
+def _gemm(a: Any, b: Any, out: Any) -> None:
+    """``out[...] = a @ b`` for float32/float64 cupy arrays, ``out`` C-contiguous of the broadcast
+    batch shape; one strided-batched cuBLAS call (a loop over the batch where strides do not
+    allow it)."""
+    lib = _blas()
+    if lib is None or a.dtype != b.dtype or a.dtype != out.dtype or a.dtype not in _FLOATS:
+        cupy.matmul(a, b, out=out)
+        return
+    m, k = int(a.shape[-2]), int(a.shape[-1])
+    n = int(b.shape[-1])
+    batch = tuple(out.shape[:-2])
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        out.fill(0)
+        return
+    a = cupy.broadcast_to(a, batch + (m, k))
+    b = cupy.broadcast_to(b, batch + (k, n))
+    la, lb = _layout(a, m, k), _layout(b, k, n)
+    sa, sb = _batch_stride(a, len(batch)), _batch_stride(b, len(batch))
+    if la is None or lb is None or sa is None or sb is None:
+        if la is None or lb is None:
+            a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
+            _gemm(a, b, out)
+            return
+        for idx in np.ndindex(*batch):  # batch axes that do not flatten (rare)
+            _gemm(a[idx], b[idx], out[idx])
+        return
+    count = int(np.prod(batch)) if batch else 1
+    f32 = a.dtype == cupy.float32
+    one, zero = (ctypes.c_float(1.0), ctypes.c_float(0.0)) if f32 else (ctypes.c_double(1.0), ctypes.c_double(0.0))
+    fn = lib.cublasSgemmStridedBatched if f32 else lib.cublasDgemmStridedBatched
+    handle = cupy.cuda.device.get_cublas_handle()
+    if lib.cublasSetStream_v2(handle, cupy.cuda.get_current_stream().ptr) != 0:
+        raise RuntimeError("cublasSetStream failed")
+    # column-major: out^T (n x m) = b^T (n x k) @ a^T (k x m)
+    st = fn(handle, lb[0], la[0], n, m, k, ctypes.addressof(one), b.data.ptr, lb[1], sb,
+            a.data.ptr, la[1], sa, ctypes.addressof(zero), out.data.ptr, n, m * n, count)
+    if st != 0:
+        raise RuntimeError(f"cuBLAS gemm failed with status {st}")
+
+
+def matmul(a: Any, b: Any) -> Any:
+    """``a @ b`` (the layers' matrix product on this backend) through :func:`_gemm` for cupy
+    float arrays of at least 2 dimensions and one dtype; ``cupy.matmul`` otherwise. An (..., k)
+    @ (k, n) product with a contiguous left operand is one GEMM over all rows."""
+    if (not isinstance(a, cupy.ndarray) or not isinstance(b, cupy.ndarray) or a.ndim < 2 or b.ndim < 2
+            or a.dtype != b.dtype or a.dtype not in _FLOATS or a.shape[-1] != b.shape[-2]):
+        return cupy.matmul(a, b)
+    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
+        rows = a.reshape(-1, a.shape[-1])
+        out = cupy.empty((rows.shape[0], b.shape[1]), dtype=a.dtype)
+        _gemm(rows, b, out)
+        return out.reshape(a.shape[:-1] + (b.shape[1],))
+    try:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        return cupy.matmul(a, b)  # cupy's own error
+    out = cupy.empty(tuple(batch) + (a.shape[-2], b.shape[-1]), dtype=a.dtype)
+    _gemm(a, b, out)
     return out
