@@ -31,7 +31,7 @@ import cupy
 import numpy as np
 
 __all__ = ["UNARY_ACTIVATIONS", "unary", "activation_inplace", "clamp", "fuse_expression",
-           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul"]
+           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul", "linear"]
 
 _FLOATS = (cupy.dtype("float32"), cupy.dtype("float64"))
 
@@ -487,14 +487,12 @@ def _gemm(a: Any, b: Any, out: Any) -> None:
     b = cupy.broadcast_to(b, batch + (k, n))
     la, lb = _layout(a, m, k), _layout(b, k, n)
     sa, sb = _batch_stride(a, len(batch)), _batch_stride(b, len(batch))
-    if la is None or lb is None or sa is None or sb is None:
-        if la is None or lb is None:
-            a, b = cupy.ascontiguousarray(a), cupy.ascontiguousarray(b)
-            _gemm(a, b, out)
-            return
-        for idx in np.ndindex(*batch):  # batch axes that do not flatten (rare)
-            _gemm(a[idx], b[idx], out[idx])
-        return
+    if la is None or sa is None:  # (permuted heads of an attention, say): one copy, one call
+        a = cupy.ascontiguousarray(a)
+        la, sa = _layout(a, m, k), _batch_stride(a, len(batch))
+    if lb is None or sb is None:
+        b = cupy.ascontiguousarray(b)
+        lb, sb = _layout(b, k, n), _batch_stride(b, len(batch))
     count = int(np.prod(batch)) if batch else 1
     f32 = a.dtype == cupy.float32
     one, zero = (ctypes.c_float(1.0), ctypes.c_float(0.0)) if f32 else (ctypes.c_double(1.0), ctypes.c_double(0.0))
@@ -528,3 +526,15 @@ def matmul(a: Any, b: Any) -> Any:
     out = cupy.empty(tuple(batch) + (a.shape[-2], b.shape[-1]), dtype=a.dtype)
     _gemm(a, b, out)
     return out
+
+
+def linear(x: Any, weight_t: Any, bias: Any = None) -> Any:
+    """``x @ weight_t + bias`` over the last axis through :func:`matmul` (the bias added in place
+    on the fresh product)."""
+    y = matmul(x, weight_t)
+    if bias is not None:
+        if isinstance(y, cupy.ndarray) and isinstance(bias, cupy.ndarray) and bias.dtype == y.dtype:
+            y += bias
+        else:
+            y = y + bias
+    return y
