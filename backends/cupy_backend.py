@@ -131,6 +131,8 @@ class CudaGraphs:
     """
 
     MAX_SIGNATURES = 8
+    #: input signatures remembered (seen once, or failed) before the oldest half are forgotten
+    MAX_SEEN = 256
 
     def __init__(self, cupy: Any, device: Any):
         self.cp = cupy
@@ -155,6 +157,9 @@ class CudaGraphs:
             if e is None:
                 return None
             if e < 1:
+                if len(self._entries) >= self.MAX_SEEN:  # forget shapes seen once (dynamic shapes)
+                    for k in [k for k, v in self._entries.items() if not isinstance(v, _Recorded)][:len(self._entries) // 2]:
+                        del self._entries[k]
                 self._entries[sig] = e + 1
                 return None
             ref, static_in = self._reference(xs, run)  # a layer's own error propagates
