@@ -334,13 +334,13 @@ def child_main(spec_json: str) -> int:
     # import the engine's library before the baseline so that the delta is the model's own cost
     if engine == "kuiper":
         import kuiper_xp.runtime.graph  # noqa: F401
-    elif engine == "torch":
+    elif engine in ("torch", "torch-cuda"):
         import torch  # noqa: F401
     elif engine == "onnxruntime":
         import onnxruntime  # noqa: F401
     elif engine == "ncnn":
         import ncnn  # noqa: F401
-    spec = resolve_model(cfg["model"], cfg.get("input_shape")) if engine == "torch" else None
+    spec = resolve_model(cfg["model"], cfg.get("input_shape")) if engine in ("torch", "torch-cuda") else None
     base = maxrss_bytes()
     out: dict = {"baseline_rss": base}
     try:
