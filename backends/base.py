@@ -70,6 +70,25 @@ class Backend:
         return f"<Backend {self.name} on {self.device_str()}: {self.description}>"
 
 
+def concat_shape(xs: Any, axis: int, array_type: type) -> list[int] | None:
+    """The shape of ``concatenate(xs, axis)`` when every piece is an ``array_type`` of one dtype
+    and rank whose other dimensions agree, else None (the fast paths' callers then run the
+    generic code, which reports the mismatch or promotes)."""
+    first = xs[0]
+    if not isinstance(first, array_type):
+        return None
+    nd, dt = first.ndim, first.dtype
+    if nd == 0 or not 0 <= axis < nd:
+        return None
+    for a in xs:
+        if not isinstance(a, array_type) or a.dtype != dt or a.ndim != nd or any(
+                a.shape[d] != first.shape[d] for d in range(nd) if d != axis):
+            return None
+    shape = [int(n) for n in first.shape]
+    shape[axis] = sum(int(a.shape[axis]) for a in xs)
+    return shape
+
+
 def host_random(shape: tuple[int, ...], seed: int | None, normal: bool, dtype: str = "float32"):
     """Seeded host random numbers (numpy's PCG64), the same on every backend."""
     import numpy as np

@@ -10,6 +10,10 @@ decline by returning None). What is here:
   array. The generic code makes 3-8 kernels and temporaries for SiLU, GELU, hardswish.
 * ``clamp(x, lo, hi)``: ReLU/ReLU6/clamp as one kernel that keeps NaN, -0.0 and subnormals as
   torch does (``cupy.maximum`` flushed 1e-45 to 0 on an H100).
+* ``conv2d_plan`` / ``concat`` / ``matmul`` / ``linear``: convolutions as an im2col kernel + one
+  cuBLAS GEMM (depthwise: a direct kernel), concatenation as slice copies, matrix products
+  through cuBLAS called directly; none copies host data to the device or goes through cupy's
+  cuBLAS binding, so that a forward pass can be captured as a CUDA graph (``cupy_backend``).
 * ``fuse_expression(tree)``: a whole ``pnnx.Expression`` tree of arithmetic and float functions
   (``add(@0,mul(@1,sigmoid...))``...) compiled at build into one ``cupy.ElementwiseKernel``
   (broadcasting as the Array API does); it runs when every input is a cupy array of one float
@@ -29,6 +33,8 @@ from typing import Any
 
 import cupy
 import numpy as np
+
+from .base import concat_shape
 
 __all__ = ["UNARY_ACTIVATIONS", "unary", "activation_inplace", "clamp", "fuse_expression",
            "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul", "linear"]
@@ -360,19 +366,10 @@ def concat(xs: Any, axis: int) -> Any:
     table of pointers for many pieces, which a CUDA graph capture refuses); None when the pieces
     are not cupy arrays of one dtype and rank whose other dimensions agree (the generic code then
     reports the mismatch or promotes)."""
-    first = xs[0]
-    if not isinstance(first, cupy.ndarray):
+    shape = concat_shape(xs, axis, cupy.ndarray)
+    if shape is None:
         return None
-    nd, dt = first.ndim, first.dtype
-    if nd == 0 or not 0 <= axis < nd:
-        return None
-    for a in xs:
-        if not isinstance(a, cupy.ndarray) or a.dtype != dt or a.ndim != nd or any(
-                a.shape[d] != first.shape[d] for d in range(nd) if d != axis):
-            return None
-    shape = list(first.shape)
-    shape[axis] = sum(int(a.shape[axis]) for a in xs)
-    out = cupy.empty(shape, dtype=dt)
+    out = cupy.empty(shape, dtype=xs[0].dtype)
     off = 0
     lead = (slice(None),) * axis
     for a in xs:

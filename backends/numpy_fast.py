@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .base import concat_shape
+
 __all__ = [
     "conv2d_plan",
     "conv_transpose2d_plan",
@@ -2364,17 +2366,10 @@ def concat(xs, axis: int):
     otherwise: the caller's generic path then reports the mismatch), split over the threads along
     the first other axis long enough (the batch, else rows), so that narrow pieces such as YOLO's
     ``cat([xy(2), wh(2), conf(81)], dim=-1)`` are copied in parallel too."""
-    first = xs[0]
-    nd, dt = first.ndim, first.dtype
-    if nd == 0 or not 0 <= axis < nd:
+    shape = concat_shape(xs, axis, np.ndarray)
+    if shape is None:
         return None
-    for a in xs:
-        if not isinstance(a, np.ndarray) or a.dtype != dt or a.ndim != nd or any(
-                a.shape[d] != first.shape[d] for d in range(nd) if d != axis):
-            return None
-    shape = list(first.shape)
-    shape[axis] = sum(a.shape[axis] for a in xs)
-    out = _out(shape, dt)
+    out = _out(shape, xs[0].dtype)
     pieces, off = [], 0
     for a in xs:
         m = a.shape[axis]

@@ -100,18 +100,18 @@ class Expression(Layer):
     def _forward_binary(self, *inputs: Any) -> Any:
         fast, name, i, j = self._binary  # type: ignore[misc]
         out = fast(name, inputs[i], inputs[j])
-        if out is None:
-            return self._forward_array(*inputs) if self._scalar_dtype is not None else self._fn(inputs)
-        return out
+        return self._evaluate(inputs) if out is None else out
 
     def _forward_fused(self, *inputs: Any) -> Any:
         try:
             out = self._fused(inputs)  # type: ignore[misc]
         except Exception:  # shapes that do not broadcast: the evaluator's own error names the call
             out = None
-        if out is None:  # inputs of other dtypes, or not the backend's arrays
-            return self._forward_array(*inputs) if self._scalar_dtype is not None else self._fn(inputs)
-        return out
+        return self._evaluate(inputs) if out is None else out  # other dtypes, or not cupy arrays
+
+    def _evaluate(self, inputs: tuple) -> Any:
+        """The evaluator's result, where a fast path declines."""
+        return self._forward_array(*inputs) if self._scalar_dtype is not None else self._fn(inputs)
 
     def _forward_array(self, *inputs: Any) -> Any:
         out = self._fn(inputs)
