@@ -95,9 +95,24 @@ def clamp(x: Any, lo: float | None, hi: float | None) -> Any:
     for other dtypes (the layer's generic code runs)."""
     if not _is_float(x) or x.ndim == 0:
         return None
-    if lo == 0 and hi is None:
-        return _kernel("relu", *_RELU)(x)
-    return _kernel("clamp", *_CLAMP)(x, -math.inf if lo is None else lo, math.inf if hi is None else hi)
+    kernel, args = _plain_kernel("relu" if lo == 0 and hi is None else ("clamp", lo, hi))
+    return kernel(x, *args)
+
+
+def _plain_kernel(spec: Any) -> tuple[Any, tuple]:
+    """The kernel and its scalar arguments for a plain activation spec (``"relu"``,
+    ``("clamp", lo, hi)`` with either bound None, ``("leaky", s)``, ``("elu", a, scale, div)``)."""
+    if spec == "relu":
+        return _kernel("relu", *_RELU), ()
+    kind = spec[0]
+    if kind == "clamp":
+        lo, hi = spec[1], spec[2]
+        return _kernel("clamp", *_CLAMP), (-math.inf if lo is None else lo, math.inf if hi is None else hi)
+    if kind == "leaky":
+        return _kernel("leaky", *_LEAKY), (spec[1],)
+    if kind == "elu":
+        return _kernel("elu", *_ELU), tuple(spec[1:4])
+    raise ValueError(f"unknown fused activation {spec!r}")
 
 
 def _into(kernel: Any, y: Any, *args: Any) -> Any:
@@ -122,17 +137,8 @@ def activation_inplace(y: Any, spec: Any) -> Any:
         return apply_plain_spec(xp, y, spec)
     if isinstance(spec, str) and spec in _UNARY_BODIES:
         return _into(_kernel(spec, _UNARY_BODIES[spec]), y)
-    if spec == "relu":
-        return _into(_kernel("relu", *_RELU), y)
-    kind = spec[0]
-    if kind == "clamp":
-        lo, hi = spec[1], spec[2]
-        return _into(_kernel("clamp", *_CLAMP), y, -math.inf if lo is None else lo, math.inf if hi is None else hi)
-    if kind == "leaky":
-        return _into(_kernel("leaky", *_LEAKY), y, spec[1])
-    if kind == "elu":
-        return _into(_kernel("elu", *_ELU), y, *spec[1:4])
-    raise ValueError(f"unknown fused activation {spec!r}")
+    kernel, args = _plain_kernel(spec)
+    return _into(kernel, y, *args)
 
 
 # -- expressions ---------------------------------------------------------------------------------
@@ -197,7 +203,6 @@ class FusedExpression:
 
     def __init__(self, body: str, used: list[int]):
         self.used = used
-        self.source = body
         params = ", ".join(f"T in{i}" for i in used)
         self.kernel = cupy.ElementwiseKernel(params, "T out0", f"out0 = {body};", "kuiper_xp_expr",
                                              preamble=_PREAMBLE)
