@@ -40,6 +40,21 @@ for p in (str(HERE), str(REPO), str(REPO / "tests")):
 
 ENGINES = ("kuiper", "torch", "torch-cuda", "onnxruntime", "ncnn")
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+#: ``--isa avx2``: the libraries' own switches that keep them off AVX-512 (set before they are
+#: imported), to approximate an AVX2 machine (the issue's) on an AVX-512 one. NumPy's SIMD
+#: dispatch (names of numpy >= 2.4 and of earlier 2.x; unknown names are ignored), OpenBLAS's
+#: kernels (numpy's BLAS), PyTorch's ATen kernels, oneDNN and MKL (torch's convolutions and
+#: GEMMs), numba's LLVM target. onnxruntime and ncnn pick their kernels from CPUID and have no such
+#: switch: they keep AVX-512 where the CPU has it (the report says so).
+ISA_AVX2_ENV = {
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_SKX AVX512_CLX "
+                                "AVX512_CNL AVX512_KNL AVX512_KNM",
+    "OPENBLAS_CORETYPE": "Haswell",
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    "NUMBA_CPU_NAME": "haswell",
+}
 CHILD_TAG = "@@KUIPER_BENCH_CHILD@@"
 #: the issue's reference figures (ms; median on the reporter's machine); context only
 ISSUE_FIGURES = {
@@ -85,6 +100,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mem.add_argument("--no-memory", dest="memory", action="store_false")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: batch 1 only (unless --batches), 3 runs, 1 warmup, no memory children")
+    ap.add_argument("--isa", choices=("native", "avx2"), default="native",
+                    help="avx2: keep numpy, OpenBLAS, torch (ATen, oneDNN, MKL) and numba off AVX-512, "
+                         "to approximate an AVX2 machine on an AVX-512 one (onnxruntime and ncnn have "
+                         "no such switch and still use it); default native")
     ap.add_argument("--out", default=str(HERE / "results"), help="results folder")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -456,6 +475,9 @@ def markdown(result: dict) -> str:
              f"- machine: {m['cpu']} ({m['cpu_count']} logical CPUs), {m['platform']}",
              f"- threads per engine: {m['threads']}; OMP_WAIT_POLICY={m['omp_wait_policy']}; {m['blas']}",
              f"- versions: {', '.join(f'{k} {v}' for k, v in m['versions'].items())}",
+             *([f"- ISA limited to AVX2 (`--isa avx2`: {', '.join(f'{k}={v}' for k, v in m['isa_env'].items())}); "
+                "onnxruntime and ncnn have no such switch and use AVX-512 where the CPU has it"]
+               if m.get("isa") == "avx2" else []),
              f"- runs: {m['runs']} (warm-up {m['warmup']}), engines interleaved round-robin; "
              "time = median, IQR = q3 - q1 (ms)",
              "- rel err = max|out - torch| / max|torch| over all outputs; load = ready / first: file to "
@@ -558,6 +580,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args._child:
         return child_main(args._child)
+    if args.isa == "avx2":  # before numpy/torch/numba are imported; memory children inherit it
+        os.environ.update(ISA_AVX2_ENV)
     blas = set_threads(args.threads)
 
     import torch
@@ -583,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"meta": {
         "timestamp": stamp, "argv": sys.argv[1:] if argv is None else list(argv),
         "threads": args.threads, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "blas": blas,
+        "isa": args.isa, "isa_env": ISA_AVX2_ENV if args.isa == "avx2" else {},
         "runs": "custom" if args.runs else ("3" if args.quick else "15 at batch 1, 6 above"),
         "warmup": args.warmup if args.warmup is not None else ("1" if args.quick else "2 at batch 1, 1 above"),
         "max_cell_seconds": args.max_cell_seconds, "memory": args.memory,

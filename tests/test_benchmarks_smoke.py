@@ -75,8 +75,12 @@ def test_harness_writes_json_and_markdown(tmp_path):
 
 def test_memory_mode_and_bad_names_do_not_crash(tmp_path):
     """--memory spawns one child process per (engine, model, batch); an unknown model becomes
-    an error entry, not a crash."""
-    result, md, _ = _run(tmp_path, "--batches", "1", "--memory", "--models", "relu_sigmoid_chain,no_such_model")
+    an error entry, not a crash. With --isa avx2 (the libraries' AVX-512 switches off, children
+    included) every engine still runs and the report says so."""
+    result, md, _ = _run(tmp_path, "--batches", "1", "--memory", "--models", "relu_sigmoid_chain,no_such_model",
+                         "--isa", "avx2")
+    assert result["meta"]["isa"] == "avx2" and result["meta"]["isa_env"]["OPENBLAS_CORETYPE"] == "Haswell"
+    assert "ISA limited to AVX2" in md
     cells = {c["model"]: c for c in result["cells"]}
     assert cells["no_such_model"]["entries"][0]["error"]
     by = _check_entries(cells["relu_sigmoid_chain"])
