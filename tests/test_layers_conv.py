@@ -527,6 +527,38 @@ def test_numpy_fast_depthwise_small_maps_channels_last_into_1x1(stride):
     assert_close(got, want, rtol=RTOL, what="1x1 after it")
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("layout", ["planar", "channels_last"])
+@pytest.mark.parametrize("act, bias", [(None, True), (("clamp", 0.0, 6.0), True), ("silu", False)])
+def test_numpy_fast_1x1_channels_last_result_in_blocks(monkeypatch, batch, layout, act, bias):
+    """A 1x1 convolution asked for a channels-last result works on blocks of pixel rows split
+    over the threads (GEMM, bias and activation per block): blocks of 8 rows of a 5x7 map (a
+    short last block), 1 and 3 images (one image is cut finer so that each thread has a block),
+    a planar or a channels-last input, against torch. A channels-last input with a planar
+    result takes blocks of columns the same way."""
+    monkeypatch.setattr(nf, "CONV1X1_BLOCK_BYTES", 8 * 11 * 4)
+    monkeypatch.setattr(nf, "CONV1X1_SPLIT_MIN_MACS", 0)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    x = rnd(batch, 6, 5, 7) * 3
+    w, b = rnd(11, 6, 1, 1, seed=1), rnd(11, seed=2) if bias else None
+    plan = nf.conv2d_plan(w, b)
+    assert plan.algo == "1x1"
+    y = F.conv2d(t(x), t(w), None if b is None else t(b))
+    want = {None: y, "silu": F.silu(y)}.get(act, F.relu6(y)).numpy()
+    xin = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) if layout == "channels_last" else x
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            got = plan(xin, act, channels_last=True)
+            planar = plan(xin, act)
+    finally:
+        nf.set_num_threads(old)
+    assert got.shape == (batch, 11, 5, 7) and got.transpose(0, 2, 3, 1).flags.c_contiguous
+    assert_close(got, want, rtol=RTOL, what=f"1x1 channels-last, {layout}, act {act}")
+    assert planar.flags.c_contiguous
+    assert_close(planar, want, rtol=RTOL, what=f"1x1 planar result, {layout} input, act {act}")
+
+
 @pytest.fixture
 def numba_on():
     """The optional numba kernels switched on for one test (skipped without numba)."""
