@@ -527,16 +527,18 @@ def test_numpy_fast_depthwise_small_maps_channels_last_into_1x1(stride):
     assert_close(got, want, rtol=RTOL, what="1x1 after it")
 
 
+@pytest.mark.parametrize("block", [8, 64], ids=["8px", "whole"])
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("layout", ["planar", "channels_last"])
 @pytest.mark.parametrize("act, bias", [(None, True), (("clamp", 0.0, 6.0), True), ("silu", False)])
-def test_numpy_fast_1x1_channels_last_result_in_blocks(monkeypatch, batch, layout, act, bias):
-    """A 1x1 convolution asked for a channels-last result works on blocks of pixel rows split
-    over the threads (GEMM, bias and activation per block): blocks of 8 rows of a 5x7 map (a
-    short last block), 1 and 3 images (one image is cut finer so that each thread has a block),
-    a planar or a channels-last input, against torch. A channels-last input with a planar
-    result takes blocks of columns the same way."""
-    monkeypatch.setattr(nf, "CONV1X1_BLOCK_BYTES", 8 * 11 * 4)
+def test_numpy_fast_1x1_in_blocks_of_pixels(monkeypatch, block, batch, layout, act, bias):
+    """A stride-1 1x1 convolution works on blocks of pixels split over the threads (GEMM, bias
+    and activation per block), for a channels-last result (blocks of pixel rows) and a planar one
+    (blocks of columns): blocks of 8 pixels of a 5x7 map (a short last block) or whole images,
+    1 and 3 images (one image is cut finer so that each thread has a block), a planar or a
+    channels-last input, against torch."""
+    monkeypatch.setattr(nf, "TINY_ELEMENTS", 0)
+    monkeypatch.setattr(nf, "CONV1X1_BLOCK_BYTES", block * 11 * 4)
     monkeypatch.setattr(nf, "CONV1X1_SPLIT_MIN_MACS", 0)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     x = rnd(batch, 6, 5, 7) * 3
