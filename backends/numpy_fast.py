@@ -96,8 +96,9 @@ GEMM_ROWS_BYTES = 2 << 20
 #: bytes of result per thread (GEMM, bias and activation in cache; 1 MiB measured best for
 #: MobileNetV2's shapes on a 2-core AVX-512 Xeon with 2 MiB L2, 512 KiB 10-40% slower at batch 8)
 CONV1X1_BLOCK_BYTES = 1 << 20
-#: ... and are split over the threads from this many multiply-adds (below, one thread was faster:
-#: 0.13 against 0.20 ms for MobileNetV2's 64 -> 384 at 14x14, batch 1, 4.8 M)
+#: ... and are split over the threads from this many multiply-adds (or PARALLEL_MIN_ELEMENTS
+#: outputs; below, one thread was faster: 0.13 against 0.20 ms for MobileNetV2's 64 -> 384 at
+#: 14x14, batch 1, 4.8 M multiply-adds, 75 K outputs)
 CONV1X1_SPLIT_MIN_MACS = 1 << 24
 #: Winograd processes as many images at once as fit in about this many bytes of transformed tiles
 WINOGRAD_CHUNK_BYTES = 4 << 20
@@ -1389,21 +1390,24 @@ class Conv2dPlan:
         wm = self.wmat[:, :c]
         bias = None if self.bias is None else self.bias[:, None]
         step, nblk, split = self._pixel_blocks(n, ln, c)
-        whole = nblk == 1  # a block is a whole image: contiguous, the activation runs in place
+        # a block of a whole image is contiguous: the activation runs on it in place; a block of
+        # columns goes through a contiguous workspace for it
+        staged = activation is not None and nblk > 1
 
         def part(lo, hi):
             for t in range(lo, hi):
                 i, c0 = divmod(t, nblk)
                 c0 *= step
                 blk = y3[i, :, c0: c0 + step]
-                np.matmul(wm, x3[i, :, c0: c0 + step], out=blk)
+                res = _workspace((o, blk.shape[1]), self.dtype, slot=18) if staged else blk
+                np.matmul(wm, x3[i, :, c0: c0 + step], out=res)
                 if bias is not None:
-                    blk += bias
-                if activation is not None and whole:
-                    _activate_block(blk, activation)
+                    res += bias
+                if activation is not None:
+                    _activate_block(res, activation)
+                if staged:
+                    blk[...] = res
         _parallel(part, n * nblk, 1 << 62 if split else 0)
-        if activation is not None and not whole:
-            y = activation_inplace(y, activation)
         return y
 
     def _run_1x1_copy(self, x, ho, wo):
@@ -1451,10 +1455,11 @@ class Conv2dPlan:
         """How a 1x1 convolution of ``n`` images of ``ln`` pixels and ``c`` channels is cut for
         the threads: ``(pixels per block, blocks per image, split)``, blocks of at most about
         CONV1X1_BLOCK_BYTES of result (whole images when they fit), split over the threads from
-        CONV1X1_SPLIT_MIN_MACS on, each image cut finer when there are fewer blocks than threads."""
+        CONV1X1_SPLIT_MIN_MACS multiply-adds or PARALLEL_MIN_ELEMENTS outputs on (bias and
+        activation passes), each image cut finer when there are fewer blocks than threads."""
         o = self.o
         step = max(1, min(ln, CONV1X1_BLOCK_BYTES // max(1, o * self.dtype.itemsize)))
-        split = n * ln * c * o >= CONV1X1_SPLIT_MIN_MACS
+        split = n * ln * c * o >= CONV1X1_SPLIT_MIN_MACS or n * ln * o >= PARALLEL_MIN_ELEMENTS
         if split and n * -(-ln // step) < _threads_now():
             step = max(min(ln, 16), -(-ln // -(-_threads_now() // n)))
         return step, -(-ln // step), split
