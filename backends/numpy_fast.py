@@ -146,6 +146,7 @@ except ValueError:
 _tls = threading.local()
 _HAS_AFFINITY = hasattr(os, "sched_setaffinity") and hasattr(threading, "get_native_id")
 _NUMBA_AT_IMPORT = os.environ.get("KUIPER_XP_NUMBA", "").strip().lower() in ("1", "true", "yes", "on")
+_MKL_AT_IMPORT = os.environ.get("KUIPER_XP_MKL", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 # -- threads and scratch ---------------------------------------------------------------------------
@@ -408,6 +409,41 @@ def numba_enabled() -> bool:
     return _numba is not None
 
 
+_mkl = None  # a backends.mkl_gemm.MKL while the optional MKL products are switched on
+
+
+def use_mkl(flag: bool = True) -> bool:
+    """Switch the optional MKL matrix products (``backends.mkl_gemm``: the 2-D GEMMs of linear
+    layers, matmul and convolutions, on kuiper-xp's threads) on or off for the whole process;
+    returns the previous setting. Off by default (``KUIPER_XP_MKL=1`` switches them on at
+    import); numpy's matmul stays the reference. Raises ImportError naming the package when
+    MKL's library is not installed."""
+    global _mkl
+    old = _mkl is not None
+    if flag and _mkl is None:
+        from . import mkl_gemm
+
+        try:
+            _mkl = mkl_gemm.MKL()
+        except ImportError as e:
+            raise ImportError(f"the optional MKL products need the mkl package (pip install mkl): {e}") from e
+    elif not flag:
+        _mkl = None
+    return old
+
+
+def mkl_enabled() -> bool:
+    return _mkl is not None
+
+
+def _mm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``np.matmul(a, b, out=out)`` on the calling thread: through MKL when :func:`use_mkl` is on
+    and the operands fit it (2-D, float32/float64), else numpy's."""
+    if _mkl is not None and _mkl.matmul(a, b, out):
+        return out
+    return np.matmul(a, b, out=out)
+
+
 class compute_scope:
     """Context manager around a forward pass: pins numpy's OpenBLAS to one thread and lets
     :func:`_parallel` and :func:`_gemm` split work over ``get_num_threads()`` threads of ours;
@@ -512,7 +548,8 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     m, nn = out.shape[-2], out.shape[-1]
     macs = out.size * a.shape[-1]
     if k <= 1 or macs < GEMM_SPLIT_MIN_MACS:
-        return np.matmul(a, b, out=out)
+        # (outside a compute scope numpy's BLAS keeps its threads: MKL, sequential, would not)
+        return _mm(a, b, out) if _scope_depth else np.matmul(a, b, out=out)
     min_rows = max(1, GEMM_SPLIT_MIN_COLUMNS // 4)
     if out.ndim == 3 and out.shape[0] >= 2 * k:
         def part(lo, hi):
@@ -524,14 +561,14 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
 
         def part(lo, hi):
             lo, hi = lo * step, min(nn, hi * step)
-            np.matmul(a, b[..., lo:hi], out=out[..., lo:hi])
+            _mm(a, b[..., lo:hi], out[..., lo:hi])
         _parallel(part, -(-nn // step), 1 << 62)
     elif m >= min_rows * k:
         def part(lo, hi):
-            np.matmul(a[..., lo:hi, :], b, out=out[..., lo:hi, :])
+            _mm(a[..., lo:hi, :], b, out[..., lo:hi, :])
         _parallel(part, m, 1 << 62)
     else:
-        np.matmul(a, b, out=out)
+        _mm(a, b, out)
     return out
 
 
@@ -1405,7 +1442,7 @@ class Conv2dPlan:
             out = y3[i, :, p0:p1]
             staged = activation is not None and p1 - p0 < ln
             res = _workspace((o, p1 - p0), self.dtype, slot=18) if staged else out
-            np.matmul(wm, x3[i, :, p0:p1], out=res)
+            _mm(wm, x3[i, :, p0:p1], res)
             _bias_activate(res, bias, activation)
             if staged:
                 out[...] = res
@@ -1497,7 +1534,7 @@ class Conv2dPlan:
         wt = self.wmat[:, :c].T
 
         def block(i, p0, p1):  # rows of pixels: contiguous
-            np.matmul(src[i, p0:p1], wt, out=y3[i, p0:p1])
+            _mm(src[i, p0:p1], wt, y3[i, p0:p1])
             _bias_activate(y3[i, p0:p1], self.bias, activation)
         self._each_pixel_block(n, ln, c, block)
         return y.transpose(0, 3, 1, 2)
@@ -1575,7 +1612,7 @@ class Conv2dPlan:
             if split:
                 _gemm(self.wshift, src, z[:, :lin])
             else:
-                np.matmul(self.wshift, src, out=z[:, :lin])
+                _mm(self.wshift, src, z[:, :lin])
             acc = _workspace((o, nr * wp), self.dtype, slot=20)
             ln = nr * wp
 
@@ -1697,7 +1734,7 @@ class Conv2dPlan:
                 c = cols[:, :, :nr * wo] if nr < rows else cols
                 fill(c, i, 1, r0, nr, inline=True)
                 res = _workspace((o, nr * wo), self.dtype, slot=17)
-                np.matmul(wm, c[0], out=res)
+                _mm(wm, c[0], res)
                 if activation is not None:
                     res = activation_inplace(res, activation)  # contiguous: in place
                 y[i].reshape(o, ho * wo)[:, r0 * wo: (r0 + nr) * wo] = res
@@ -2884,3 +2921,10 @@ if _NUMBA_AT_IMPORT:
         import warnings
 
         warnings.warn(f"KUIPER_XP_NUMBA is set but {_e}; using the numpy paths", RuntimeWarning, stacklevel=2)
+if _MKL_AT_IMPORT:
+    try:
+        use_mkl(True)
+    except ImportError as _e:
+        import warnings
+
+        warnings.warn(f"KUIPER_XP_MKL is set but {_e}; using numpy's matmul", RuntimeWarning, stacklevel=2)

@@ -66,12 +66,15 @@ class KuiperRunner(Runner):
 
     def __init__(self, threads: int, backend: str = "numpy"):
         super().__init__(threads)
-        # "numpy+numba": the numpy backend with the optional numba kernels switched on
+        # "numpy+numba", "numpy+mkl", "numpy+numba+mkl": the numpy backend with the optional
+        # numba kernels and/or MKL matrix products switched on
         self.label_name = backend
-        self.backend_name, _, extra = backend.partition("+")
-        self.numba = extra == "numba"
-        if extra not in ("", "numba"):
-            raise ValueError(f"unknown kuiper-xp backend variant {backend!r} (known: <backend>, numpy+numba)")
+        self.backend_name, *extras = backend.split("+")
+        self.numba, self.mkl = "numba" in extras, "mkl" in extras
+        if not set(extras) <= {"numba", "mkl"} or len(set(extras)) != len(extras) or (
+                extras and self.backend_name != "numpy"):
+            raise ValueError(f"unknown kuiper-xp backend variant {backend!r} (known: <backend>, numpy+numba, "
+                             "numpy+mkl, numpy+numba+mkl)")
         self.g = None
         self.backend = None
         from kuiper_xp.backends import get_backend
@@ -89,11 +92,12 @@ class KuiperRunner(Runner):
             numba_kernels.warm_up()
 
     def _use_numba(self) -> None:
-        """Runners of one process share the numpy backend: set the switch before each call."""
+        """Runners of one process share the numpy backend: set the switches before each call."""
         if self.backend_name == "numpy":
             from kuiper_xp.backends import numpy_fast
 
             numpy_fast.use_numba(self.numba)
+            numpy_fast.use_mkl(self.mkl)
 
     @property
     def label(self) -> str:

@@ -93,7 +93,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "torch sees a CUDA device)")
     ap.add_argument("--backends", default=None,
                     help="kuiper-xp backends (default: numpy, plus numpy+numba where numba is "
-                         "installed and cupy where a CUDA device answers)")
+                         "installed, numpy+mkl where MKL's library is (pip install mkl) and cupy where "
+                         "a CUDA device answers; numpy+numba+mkl is accepted too)")
     mem = ap.add_mutually_exclusive_group()
     mem.add_argument("--memory", dest="memory", action="store_true", default=True,
                      help="peak RSS from a fresh subprocess per (engine, model, batch) (default on)")
@@ -171,11 +172,15 @@ def default_engines() -> list[str]:
 def default_backends() -> list[str]:
     import importlib.util
 
+    from kuiper_xp.backends import mkl_gemm
+
     import kuiper_xp
 
     out = ["numpy"]
     if importlib.util.find_spec("numba") is not None:
         out.append("numpy+numba")  # the optional compiled kernels, beside the default
+    if mkl_gemm.find_library() is not None:
+        out.append("numpy+mkl")  # the optional MKL matrix products
     for info in kuiper_xp.list_backends():
         if info.name == "cupy" and info.available:
             out.append("cupy")
