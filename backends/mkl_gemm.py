@@ -8,8 +8,10 @@ ViT-B/32's linear layers at batch 1 (50 tokens, 768 -> 3072) took 1.84 ms with O
 with MKL, split the same way over 2 threads, cold weights; PyTorch, which calls MKL, 1.26.
 
 MKL runs sequentially here (``MKL_Set_Threading_Layer(SEQUENTIAL)``): kuiper-xp's own threads
-split the products (``numpy_fast._gemm``), as they do with OpenBLAS pinned to one thread. The
-calls go through ctypes (``cblas_sgemm``/``cblas_dgemm``, LP64), which releases the GIL.
+split the products (``numpy_fast._gemm``), as they do with OpenBLAS pinned to one thread. That
+setting belongs to the process's ``libmkl_rt``: a numpy built on that same library would run
+sequentially too (PyTorch's MKL is linked into torch and is not affected). The calls go through
+ctypes (``cblas_sgemm``/``cblas_dgemm``, LP64), which releases the GIL.
 """
 
 from __future__ import annotations
