@@ -44,7 +44,7 @@ THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 #: imported), to approximate an AVX2 machine (the issue's) on an AVX-512 one. NumPy's SIMD
 #: dispatch (names of numpy >= 2.4 and of earlier 2.x; unknown names are ignored), OpenBLAS's
 #: kernels (numpy's BLAS), PyTorch's ATen kernels, oneDNN and MKL (torch's convolutions and
-#: GEMMs), numba's LLVM target. onnxruntime and ncnn pick their kernels from CPUID and have no such
+#: GEMMs; MKL's also for kuiper-xp's optional numpy+mkl), numba's LLVM target. onnxruntime and ncnn pick their kernels from CPUID and have no such
 #: switch: they keep AVX-512 where the CPU has it (the report says so).
 ISA_AVX2_ENV = {
     "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR AVX512F AVX512CD AVX512_SKX AVX512_CLX "
