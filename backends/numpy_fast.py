@@ -436,6 +436,20 @@ def mkl_enabled() -> bool:
     return _mkl is not None
 
 
+def optional_paths() -> list[tuple[str, bool, bool, str]]:
+    """The numpy backend's optional fast paths, as ``(name, installed, on, how)``: the numba
+    kernels and the MKL matrix products (off by default; ``how`` says how to get or switch one
+    on)."""
+    import importlib.util
+
+    from . import mkl_gemm
+
+    return [("numba kernels", importlib.util.find_spec("numba") is not None, numba_enabled(),
+             "KUIPER_XP_NUMBA=1 switches it on; pip install 'kuiper-xp[numba]'"),
+            ("MKL matrix products", mkl_gemm.find_library() is not None, mkl_enabled(),
+             "KUIPER_XP_MKL=1 switches it on; pip install 'kuiper-xp[mkl]'")]
+
+
 def _mm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``np.matmul(a, b, out=out)`` on the calling thread: through MKL when :func:`use_mkl` is on
     and the operands fit it (2-D, float32/float64), else numpy's."""

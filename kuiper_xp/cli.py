@@ -530,6 +530,11 @@ def cmd_backends(args: argparse.Namespace) -> int:
         chosen = f"none ({_first_line(exc)})"
     how = f"KUIPER_XP_BACKEND={env}" if env else "auto: cupy when a CUDA device answers, else numpy"
     out.say(f"default:     {chosen} ({how}; --backend NAME overrides)")
+    numpy_info = next((i for i in infos if i.name == "numpy" and i.available), None)
+    if numpy_info is not None:  # the numpy backend's optional fast paths (off by default)
+        for name, installed, on, hint in kuiper_xp.get_backend("numpy").fast.optional_paths():
+            state = "on" if on else ("installed, off" if installed else "not installed")
+            out.say(f"numpy option: {name}: {state} ({hint})")
     return 0
 
 
