@@ -409,22 +409,22 @@ def numba_enabled() -> bool:
     return _numba is not None
 
 
-_mkl = None  # a backends.mkl_gemm.MKL while the optional MKL products are switched on
+_mkl = None  # a backends.mkl_kernels.MKL while the optional MKL paths are switched on
 
 
 def use_mkl(flag: bool = True) -> bool:
-    """Switch the optional MKL matrix products (``backends.mkl_gemm``: the 2-D GEMMs of linear
-    layers, matmul and convolutions, on kuiper-xp's threads) on or off for the whole process;
-    returns the previous setting. Off by default (``KUIPER_XP_MKL=1`` switches them on at
-    import); numpy's matmul stays the reference. Raises ImportError naming the package when
-    MKL's library is not installed."""
+    """Switch the optional MKL paths (``backends.mkl_kernels``: the 2-D GEMMs of linear layers,
+    matmul and convolutions, on kuiper-xp's threads; erf and exp of the GELU, SiLU and sigmoid
+    kernels) on or off for the whole process; returns the previous setting. Off by default
+    (``KUIPER_XP_MKL=1`` switches them on at import); numpy's matmul and ufuncs stay the
+    reference. Raises ImportError naming the package when MKL's library is not installed."""
     global _mkl
     old = _mkl is not None
     if flag and _mkl is None:
-        from . import mkl_gemm
+        from . import mkl_kernels
 
         try:
-            _mkl = mkl_gemm.MKL()
+            _mkl = mkl_kernels.MKL()
         except ImportError as e:
             raise ImportError(f"the optional MKL products need the mkl package (pip install mkl): {e}") from e
     elif not flag:
@@ -442,11 +442,11 @@ def optional_paths() -> list[tuple[str, bool, bool, str]]:
     on)."""
     import importlib.util
 
-    from . import mkl_gemm
+    from . import mkl_kernels
 
     return [("numba kernels", importlib.util.find_spec("numba") is not None, numba_enabled(),
              "KUIPER_XP_NUMBA=1 switches it on; pip install 'kuiper-xp[numba]'"),
-            ("MKL matrix products", mkl_gemm.find_library() is not None, mkl_enabled(),
+            ("MKL products and vector math", mkl_kernels.find_library() is not None, mkl_enabled(),
              "KUIPER_XP_MKL=1 switches it on; pip install 'kuiper-xp[mkl]'")]
 
 
@@ -844,9 +844,15 @@ _ERF_Q = (-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03, -
 _ERF_P_HALF = tuple(c * 0.5 for c in _ERF_P)
 
 
+def _exp_inplace(a):
+    """``np.exp(a, out=a)``, by MKL's vector math when :func:`use_mkl` is on."""
+    if _mkl is None or not _mkl.unary("exp", a, a):
+        np.exp(a, out=a)
+
+
 def _k_sigmoid(s, d, tmp):
     np.negative(s, out=d)
-    np.exp(d, out=d)  # overflows to inf below -log(max): 1 / inf = 0, as torch gives
+    _exp_inplace(d)  # overflows to inf below -log(max): 1 / inf = 0, as torch gives
     d += 1
     np.reciprocal(d, out=d)
 
@@ -854,7 +860,7 @@ def _k_sigmoid(s, d, tmp):
 def _k_silu(s, d, tmp):
     t = tmp(0)
     np.negative(s, out=t)
-    np.exp(t, out=t)
+    _exp_inplace(t)
     t += 1
     np.divide(s, t, out=d)  # x / (1 + exp(-x)): -inf / inf is NaN, as torch's -inf * 0
 
@@ -891,6 +897,14 @@ def _k_gelu_tanh(s, d, tmp):
 
 
 def _k_gelu(s, d, tmp):
+    if _mkl is not None:  # x (1 + erf(x / sqrt 2)) / 2 with MKL's erf: 4 passes and one call
+        t = tmp(0)
+        np.multiply(s, _SQRT1_2, out=t)
+        if _mkl.unary("erf", t, t):
+            t += 1
+            t *= s  # -inf: 0 * -inf is NaN, as torch gives
+            np.multiply(t, 0.5, out=d)
+            return
     if s.dtype != np.float32:
         e = expr_erf(s * _SQRT1_2)
         e += 1

@@ -172,14 +172,14 @@ def default_engines() -> list[str]:
 def default_backends() -> list[str]:
     import importlib.util
 
-    from kuiper_xp.backends import mkl_gemm
+    from kuiper_xp.backends import mkl_kernels
 
     import kuiper_xp
 
     out = ["numpy"]
     if importlib.util.find_spec("numba") is not None:
         out.append("numpy+numba")  # the optional compiled kernels, beside the default
-    if mkl_gemm.find_library() is not None:
+    if mkl_kernels.find_library() is not None:
         out.append("numpy+mkl")  # the optional MKL matrix products
     for info in kuiper_xp.list_backends():
         if info.name == "cupy" and info.available:

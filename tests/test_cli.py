@@ -426,11 +426,11 @@ def test_backends_lists_every_backend(capsys):
         else:
             assert "unavailable" in line and info.reason.split("(")[0].strip() in line
     assert "default:" in out
-    from kuiper_xp.backends import mkl_gemm, numpy_fast
+    from kuiper_xp.backends import mkl_kernels, numpy_fast
 
-    mkl_line = next(ln for ln in out.splitlines() if ln.startswith("numpy option: MKL matrix products:"))
-    want = "on" if numpy_fast.mkl_enabled() else ("installed, off" if mkl_gemm.find_library() else "not installed")
-    assert f"products: {want} (KUIPER_XP_MKL=1" in mkl_line
+    mkl_line = next(ln for ln in out.splitlines() if ln.startswith("numpy option: MKL products and vector math:"))
+    want = "on" if numpy_fast.mkl_enabled() else ("installed, off" if mkl_kernels.find_library() else "not installed")
+    assert f"vector math: {want} (KUIPER_XP_MKL=1" in mkl_line
     assert any(ln.startswith("numpy option: numba kernels:") for ln in out.splitlines())
 
 

@@ -1,4 +1,4 @@
-"""The optional MKL matrix products of the numpy backend (backends/mkl_gemm.py, switched on by
+"""The optional MKL matrix products of the numpy backend (backends/mkl_kernels.py, switched on by
 numpy_fast.use_mkl): every layout the wrapper takes against numpy's matmul, every layout it must
 refuse (then nothing is written and numpy computes), and whole layers against torch with the
 products split over threads. Skipped where MKL's library is not installed (pip install mkl)."""
@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_close
 from helpers import in_fast_scope
-from kuiper_xp.backends import mkl_gemm
+from kuiper_xp.backends import mkl_kernels
 from kuiper_xp.backends import numpy_fast as nf
 
-if mkl_gemm.find_library() is None:
+if mkl_kernels.find_library() is None:
     pytest.skip("MKL's library is not installed (pip install mkl)", allow_module_level=True)
 
 
@@ -92,12 +92,12 @@ def test_use_mkl_switch_and_missing_library(monkeypatch):
     monkeypatch.setattr(nf, "_mkl", None)
     assert nf.use_mkl(True) is False and nf.mkl_enabled()
     assert nf.use_mkl(False) is True and not nf.mkl_enabled()
-    monkeypatch.setattr(mkl_gemm, "find_library", lambda: None)
+    monkeypatch.setattr(mkl_kernels, "find_library", lambda: None)
     with pytest.raises(ImportError, match="pip install mkl"):
         nf.use_mkl(True)
     assert not nf.mkl_enabled()
     with pytest.raises(ImportError, match="could not be used as MKL"):
-        mkl_gemm.MKL("/nonexistent/libmkl_rt.so.2")
+        mkl_kernels.MKL("/nonexistent/libmkl_rt.so.2")
 
 
 @pytest.mark.parametrize("m", [1, 50, 203])
@@ -129,3 +129,49 @@ def test_convolutions_through_mkl_match_torch(mkl, monkeypatch, layout):
                                torch.from_numpy(b), stride, pad)).numpy()
         got = in_fast_scope(nf, lambda p=plan: p(x, "silu"))
         assert_close(got, want, rtol=1e-5, what=f"{plan.algo} {w_shape} stride {stride}, {layout}")
+
+
+def test_mkl_vector_math_matches_torch_and_refuses_other_layouts(mkl):
+    x = np.concatenate([np.linspace(-12, 12, 4001), [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-30, 89.0, -104.0]])
+    for dt in (np.float32, np.float64):
+        xs = x.astype(dt)
+        for name, fn in (("erf", torch.erf), ("exp", torch.exp)):
+            out = np.empty_like(xs)
+            assert mkl.unary(name, xs, out)
+            with np.errstate(over="ignore"):  # (float32: exp(89) = inf)
+                want = fn(torch.from_numpy(xs.astype(np.float64))).numpy().astype(dt)
+            np.testing.assert_allclose(out, want, rtol=3e-7 if dt == np.float32 else 1e-15, atol=0,
+                                       err_msg=f"{name} {dt.__name__}")
+            inplace = xs.copy()
+            assert mkl.unary(name, inplace, inplace)
+            np.testing.assert_array_equal(inplace, out)
+    a = np.ones(8, np.float32)
+    for name, x, out in (("erf", a[::2], np.full(4, 5, np.float32)), ("erf", a, np.full(8, 5, np.float64)),
+                         ("erf", a.reshape(2, 4), np.full((2, 4), 5, np.float32)), ("tanh", a, a.copy()),
+                         ("exp", a.astype(np.float16), a.astype(np.float16))):
+        before = out.copy()
+        assert not mkl.unary(name, x, out), (name, x.dtype, x.shape)
+        assert np.array_equal(out, before)
+    assert mkl.unary("exp", a[:0], a[:0])  # empty: nothing to do
+
+
+@pytest.mark.parametrize("name, fn", [("gelu", F.gelu), ("silu", F.silu), ("sigmoid", torch.sigmoid)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_activations_through_mkl_vector_math_match_torch(mkl, monkeypatch, name, fn, dtype):
+    """GELU (erf), SiLU and sigmoid with MKL's erf/exp: in chunks (a short last one) over 3
+    threads, in place and out of place, NaN and infinities as torch gives them (GELU's +inf: the
+    limit, +inf)."""
+    monkeypatch.setattr(nf, "UNARY_CHUNK", 1000)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    x = (np.random.default_rng(3).standard_normal(7919) * 5).astype(dtype)
+    x[:7] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30, -90.0]
+    want = fn(torch.from_numpy(x.astype(np.float64))).numpy()
+    if name == "gelu":
+        want[1] = np.inf
+    got = in_fast_scope(nf, lambda: nf.unary(name, x))
+    inplace = x.copy()
+    assert in_fast_scope(nf, lambda: nf.activation_inplace(inplace, name)) is inplace
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    for what, y in (("fresh", got), ("in place", inplace)):
+        np.testing.assert_array_equal(np.isnan(y), np.isnan(want), err_msg=what)
+        np.testing.assert_allclose(y, want, rtol=tol, atol=tol, err_msg=f"{name} {what}")

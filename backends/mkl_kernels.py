@@ -1,5 +1,6 @@
-"""Optional matrix products through Intel MKL for the numpy backend. Off by default: numpy's own
-``matmul`` (OpenBLAS in the PyPI wheels) stays the default and the reference;
+"""Optional matrix products and vector math through Intel MKL for the numpy backend. Off by
+default: numpy's own ``matmul`` (OpenBLAS in the PyPI wheels) and ufuncs stay the default and the
+reference;
 ``numpy_fast.use_mkl(True)`` or ``KUIPER_XP_MKL=1`` switches this on where the ``mkl`` wheel is
 installed (``pip install mkl``, which puts ``libmkl_rt`` in ``<prefix>/lib``).
 
@@ -78,9 +79,28 @@ class MKL:
                 fn.argtypes = [ctypes.c_int] * 6 + [scalar, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                                     ctypes.c_int, scalar, ctypes.c_void_p, ctypes.c_int]
                 self._fns[np.dtype(dt)] = fn
+            self._vml = {}
+            for dt, prefix in ((np.float32, "vs"), (np.float64, "vd")):
+                for name in ("Erf", "Exp"):
+                    fn = getattr(lib, prefix + name)
+                    fn.restype = None
+                    fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+                    self._vml[(name.lower(), np.dtype(dt))] = fn
         except (OSError, AttributeError) as exc:
             raise ImportError(f"{path} could not be used as MKL: {exc}") from None
         self.path = path
+
+    def unary(self, name: str, x: np.ndarray, out: np.ndarray) -> bool:
+        """``out[...] = name(x)`` with MKL's vector math (``"erf"`` or ``"exp"``, high-accuracy
+        mode: within about 1 ulp) for contiguous 1-D float32 or float64 arrays of one dtype and
+        size (``out`` may be ``x``); False (nothing written) for anything else."""
+        fn = self._vml.get((name, x.dtype))
+        if (fn is None or out.dtype != x.dtype or x.ndim != 1 or out.shape != x.shape or x.size > _INT_MAX
+                or not (x.flags.c_contiguous and out.flags.c_contiguous)):
+            return False
+        if x.size:
+            fn(x.size, x.ctypes.data, out.ctypes.data)
+        return True
 
     def matmul(self, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         """``out[...] = a @ b`` for 2-D float32 or float64 arrays of one dtype, each operand with
