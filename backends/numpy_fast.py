@@ -426,7 +426,7 @@ def use_mkl(flag: bool = True) -> bool:
         try:
             _mkl = mkl_kernels.MKL()
         except ImportError as e:
-            raise ImportError(f"the optional MKL products need the mkl package (pip install mkl): {e}") from e
+            raise ImportError(f"the optional MKL paths need the mkl package (pip install mkl): {e}") from e
     elif not flag:
         _mkl = None
     return old
@@ -438,8 +438,8 @@ def mkl_enabled() -> bool:
 
 def optional_paths() -> list[tuple[str, bool, bool, str]]:
     """The numpy backend's optional fast paths, as ``(name, installed, on, how)``: the numba
-    kernels and the MKL matrix products (off by default; ``how`` says how to get or switch one
-    on)."""
+    kernels and the MKL products and vector math (off by default; ``how`` says how to get or
+    switch one on)."""
     import importlib.util
 
     from . import mkl_kernels

@@ -67,7 +67,7 @@ class KuiperRunner(Runner):
     def __init__(self, threads: int, backend: str = "numpy"):
         super().__init__(threads)
         # "numpy+numba", "numpy+mkl", "numpy+numba+mkl": the numpy backend with the optional
-        # numba kernels and/or MKL matrix products switched on
+        # numba kernels and/or MKL paths switched on
         self.label_name = backend
         self.backend_name, *extras = backend.split("+")
         self.numba, self.mkl = "numba" in extras, "mkl" in extras

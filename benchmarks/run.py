@@ -180,7 +180,7 @@ def default_backends() -> list[str]:
     if importlib.util.find_spec("numba") is not None:
         out.append("numpy+numba")  # the optional compiled kernels, beside the default
     if mkl_kernels.find_library() is not None:
-        out.append("numpy+mkl")  # the optional MKL matrix products
+        out.append("numpy+mkl")  # the optional MKL paths
     for info in kuiper_xp.list_backends():
         if info.name == "cupy" and info.available:
             out.append("cupy")

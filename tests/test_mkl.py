@@ -1,7 +1,8 @@
-"""The optional MKL matrix products of the numpy backend (backends/mkl_kernels.py, switched on by
-numpy_fast.use_mkl): every layout the wrapper takes against numpy's matmul, every layout it must
-refuse (then nothing is written and numpy computes), and whole layers against torch with the
-products split over threads. Skipped where MKL's library is not installed (pip install mkl)."""
+"""The optional MKL paths of the numpy backend (backends/mkl_kernels.py, switched on by
+numpy_fast.use_mkl): the matrix products in every layout the wrapper takes, against numpy's
+matmul, and every layout it must refuse (then nothing is written and numpy computes); whole layers
+against torch with the products split over threads; MKL's erf and exp and the activations built on
+them against torch. Skipped where MKL's library is not installed (pip install mkl)."""
 
 from __future__ import annotations
 
