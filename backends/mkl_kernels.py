@@ -66,7 +66,7 @@ class MKL:
     def __init__(self, path: str | None = None) -> None:
         path = path or find_library()
         if path is None:
-            raise ImportError("libmkl_rt was not found (pip install mkl)")
+            raise ImportError("libmkl_rt was not found")
         try:
             lib = ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_LOCAL", 0))
             lib.MKL_Set_Threading_Layer.argtypes = [ctypes.c_int]

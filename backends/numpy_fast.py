@@ -2955,4 +2955,4 @@ if _MKL_AT_IMPORT:
     except ImportError as _e:
         import warnings
 
-        warnings.warn(f"KUIPER_XP_MKL is set but {_e}; using numpy's matmul", RuntimeWarning, stacklevel=2)
+        warnings.warn(f"KUIPER_XP_MKL is set but {_e}; using numpy's own paths", RuntimeWarning, stacklevel=2)
