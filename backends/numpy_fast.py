@@ -1221,6 +1221,17 @@ def _bias_activate(a: np.ndarray, bias, activation) -> None:
         _activate_block(a, activation)
 
 
+def _channels_by_pixels(x: np.ndarray) -> np.ndarray | None:
+    """An (N, C, H, W) array as its (N, C, H*W) view: a reshape when planar, a transposed view of
+    the (N, H*W, C) rows when channels-last; None for any other layout (no copy is made)."""
+    n, c, h, w = x.shape
+    if x.flags.c_contiguous:
+        return x.reshape(n, c, h * w)
+    if _is_channels_last(x):
+        return x.transpose(0, 2, 3, 1).reshape(n, h * w, c).transpose(0, 2, 1)
+    return None
+
+
 def _is_channels_last(x: np.ndarray) -> bool:
     """An (N, C, H, W) view of a C-contiguous (N, H, W, C) array, as the depthwise convolutions
     on small maps return (a C-contiguous x is not one)."""
@@ -1451,14 +1462,10 @@ class Conv2dPlan:
         n, c = x.shape[:2]
         o = self.o
         ln = ho * wo
-        if self.stride != (1, 1) or n * o * ln <= TINY_ELEMENTS or not (
-                x.flags.c_contiguous or _is_channels_last(x)):
+        x3 = _channels_by_pixels(x) if self.stride == (1, 1) and n * o * ln > TINY_ELEMENTS else None
+        if x3 is None:
             y = self._run_1x1_copy(x, ho, wo)
             return y if activation is None else activation_inplace(y, activation)
-        if x.flags.c_contiguous:
-            x3 = x.reshape(n, c, ln)
-        else:
-            x3 = x.transpose(0, 2, 3, 1).reshape(n, ln, c).transpose(0, 2, 1)
         y = _out((n, o, ho, wo), self.dtype)
         y3 = y.reshape(n, o, ln)
         wm = self.wmat[:, :c]
@@ -1550,12 +1557,10 @@ class Conv2dPlan:
             return None
         n, c, h, w = x.shape
         ln = h * w
-        if x.flags.c_contiguous:
-            src = x.reshape(n, c, ln).transpose(0, 2, 1)
-        elif _is_channels_last(x):
-            src = x.transpose(0, 2, 3, 1).reshape(n, ln, c)
-        else:
+        x3 = _channels_by_pixels(x)
+        if x3 is None:
             return None
+        src = x3.transpose(0, 2, 1)  # (n, pixels, channels)
         o = self.o
         y = _pooled((n, h, w, o), self.dtype)
         y3 = y.reshape(n, ln, o)

@@ -86,12 +86,12 @@ class KuiperRunner(Runner):
         except Exception:  # time, as `import onnxruntime` is not; an unavailable backend fails in load()
             pass
         if self.numba:  # import numba and compile (or load numba's on-disk cache), outside the
-            self._use_numba()  # load time like the imports above; reported in the README
+            self._use_options()  # load time like the imports above; reported in the README
             from kuiper_xp.backends import numba_kernels
 
             numba_kernels.warm_up()
 
-    def _use_numba(self) -> None:
+    def _use_options(self) -> None:
         """Runners of one process share the numpy backend: set the switches before each call."""
         if self.backend_name == "numpy":
             from kuiper_xp.backends import numpy_fast
@@ -108,7 +108,7 @@ class KuiperRunner(Runner):
             raise RuntimeError(files.pnnx_error or "no pnnx export")
         import kuiper_xp
 
-        self._use_numba()
+        self._use_options()
         self.g = kuiper_xp.load(files.pnnx_param, backend=self.backend_name)
         self.backend = self.g.backend
 
@@ -116,7 +116,7 @@ class KuiperRunner(Runner):
         return tuple(self.backend.asarray(x) for x in inputs)
 
     def run(self, prepared: Any) -> Any:
-        self._use_numba()
+        self._use_options()
         out = self.g(*prepared)
         self.backend.synchronize()
         return out
