@@ -34,13 +34,15 @@ _INT_MAX = 2**31 - 1
 
 def find_library() -> str | None:
     """The path of ``libmkl_rt`` (the ``mkl`` wheel's, in this Python's prefix, first), or None."""
-    names = ("libmkl_rt.so.2", "libmkl_rt.so", "libmkl_rt.2.dylib", "libmkl_rt.dylib", "mkl_rt.2.dll", "mkl_rt.dll")
+    # The wheel's soname moves with MKL's major version (libmkl_rt.so.2 up to 2025, .so.3 in
+    # 2026), so any numbered one is taken, the newest first.
+    patterns = ("libmkl_rt.so.*", "libmkl_rt.so", "libmkl_rt.*.dylib", "libmkl_rt.dylib", "mkl_rt.*.dll", "mkl_rt.dll")
     for prefix in dict.fromkeys((sys.prefix, sys.base_prefix, os.environ.get("CONDA_PREFIX") or sys.prefix)):
         for sub in ("lib", "Library/bin"):
-            for name in names:
-                p = Path(prefix) / sub / name
-                if p.is_file():
-                    return str(p)
+            for pattern in patterns:
+                found = sorted((p for p in (Path(prefix) / sub).glob(pattern) if p.is_file()), reverse=True)
+                if found:
+                    return str(found[0])
     return ctypes.util.find_library("mkl_rt")
 
 

@@ -1,3 +1,6 @@
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from kuiper_xp.backends import ENV_VAR, get_backend, list_backends
@@ -108,3 +111,28 @@ def test_malloc_tuning_is_opt_in_for_the_library_and_on_for_the_command():
     assert _malloc_tuned_in_fresh_process("1") is True
     assert _malloc_tuned_in_fresh_process(None, cli=True) is True
     assert _malloc_tuned_in_fresh_process("0", cli=True) is False
+
+
+@pytest.mark.parametrize("sonames, want", [
+    (["libmkl_rt.so.2"], "libmkl_rt.so.2"),
+    (["libmkl_rt.so.3"], "libmkl_rt.so.3"),  # the mkl 2026 wheel
+    (["libmkl_rt.so.2", "libmkl_rt.so.3"], "libmkl_rt.so.3"),
+    ([], None),
+])
+def test_mkl_library_found_under_any_soname(tmp_path, monkeypatch, sonames, want):
+    """The MKL option finds the wheel's libmkl_rt in this Python's prefix whatever its major
+    version, the newest first (2026's wheel renamed .so.2 to .so.3, and the option read as 'not
+    installed')."""
+    from kuiper_xp.backends import mkl_kernels
+
+    (tmp_path / "lib").mkdir()
+    for name in sonames:
+        (tmp_path / "lib" / name).write_bytes(b"")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path))
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.setattr(mkl_kernels.ctypes.util, "find_library", lambda name: None)
+    got = mkl_kernels.find_library()
+    assert (got and Path(got).name) == want
+    if want:
+        assert Path(got).parent == tmp_path / "lib"
