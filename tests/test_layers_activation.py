@@ -522,9 +522,9 @@ def test_numpy_fast_clamp_fresh_layout_and_nan(monkeypatch):
 
 
 def test_numba_gelu_matches_numpy_path_and_torch(monkeypatch):
-    """The optional numba GELU (float32): bit-equal to the numpy path (same float32 constants and
-    order), within rounding of torch, NaN/inf as torch; in place and out of place, chunks over 3
-    threads; float64 stays on the numpy path."""
+    """The optional numba GELU (float32, the erf form) and the numpy path (the exp form of a fitted
+    logit): within 2e-6 and 1e-6 of torch, NaN/inf as torch; in place and out
+    of place, chunks over 3 threads; float64 stays on the numpy path."""
     pytest.importorskip("numba")
     from kuiper_xp.backends import numpy_fast as nf
 
@@ -544,9 +544,9 @@ def test_numba_gelu_matches_numpy_path_and_torch(monkeypatch):
     finally:
         nf.use_numba(old)
         nf.set_num_threads(old_threads)
-    np.testing.assert_array_equal(got, plain)
-    np.testing.assert_array_equal(inplace, plain)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)  # the numpy path's own bound
+    np.testing.assert_array_equal(inplace, got)
+    np.testing.assert_allclose(plain, want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)  # (erf's cancellation near x = -5)
     np.testing.assert_allclose(x64, gelu(torch.from_numpy(x.astype(np.float64))).numpy(), rtol=1e-12, atol=1e-15)
 
 
