@@ -321,14 +321,17 @@ def _sdpa_ref(q, k, v, scale, mask=None):
 
 @pytest.mark.parametrize("case", ["vit_b8", "one_item_split_heads", "3d", "5d", "mask_keys", "mask_full",
                                   "big_scores", "all_masked_row", "float64", "cross_lengths",
-                                  "item_blocks", "item_blocks_mask", "item_blocks_big_scores"])
+                                  "item_blocks", "item_blocks_mask", "item_blocks_big_scores",
+                                  "split_rows", "split_rows_mask_scale1"])
 def test_numpy_fast_attention(case, monkeypatch):
     """numpy_fast.attention (the fused per-block path of MultiheadAttention/SDPA) against torch's
     scaled_dot_product_attention: strided per-head views of one fused QKV tensor, heads split over
     3 threads when there are fewer items than threads, several blocks per thread, masks, scores
     past the no-shift range, a row with every key masked (NaN, as the generic path), float64;
     ``item_blocks*``: all heads of two items per block, one stacked product per block (Swin's
-    windows), 7 items so the last block is short."""
+    windows), 7 items so the last block is short; ``split_rows*``: one item with fewer blocks of
+    heads than threads, each thread taking every head for a third of 41 query rows (timm's
+    ViT-Tiny), with a full (heads, L, S) mask sliced by rows and a scale of 1 (none applied)."""
     from kuiper_xp.backends import numpy_fast as nf
 
     from kuiper_xp.layers.attention import attend
@@ -344,6 +347,11 @@ def test_numpy_fast_attention(case, monkeypatch):
         n = 7
         monkeypatch.setattr(nf, "ATTENTION_BLOCK_BYTES", 2 * h * lq * s * 4)
     lead, mask, scale = (n, h), None, 0.3
+    if case.startswith("split_rows"):
+        n, h, lq, lead = 1, 2, 41, (1, 2)
+        monkeypatch.setattr(nf, "ATTENTION_BLOCK_BYTES", 1 << 20)
+    if case == "split_rows_mask_scale1":
+        mask, scale = rng.standard_normal((h, lq, s)).astype(dt), 1.0
     if case == "cross_lengths":
         lq, s = 3, 11
     if case == "3d":
@@ -381,6 +389,8 @@ def test_numpy_fast_attention(case, monkeypatch):
     assert got.shape == q.shape[:-1] + (d,)
     if case.startswith("item_blocks"):  # blocks of (items, heads, L, S) scores: 2, 2, 2, 1 items
         assert sorted(sc[0] for sc in scores) == [1, 2, 2, 2] and all(len(sc) == 4 for sc in scores), scores
+    if case.startswith("split_rows"):  # both heads, 13 + 14 + 14 query rows
+        assert sorted(scores) == [(2 * 13, s), (2 * 14, s), (2 * 14, s)], scores
     # relative to the largest output; scores of +-300 (big_scores) make float32 softmax sensitive
     # to the order of the scale and the shift (torch differs from the generic path as much)
     rtol = 1e-12 if dt == np.float64 else 1e-4 if case.endswith("big_scores") else 2e-6
@@ -402,3 +412,94 @@ def test_numpy_fast_attention_declines():
     assert nf.attention(a, a, a, 1.0, np.zeros((3, 4), np.float32)) is None  # mask does not broadcast
     assert nf.attention(a, a, a, 1.0, np.zeros((4, 4), bool)) is None  # bool masks: converted by the caller
     assert nf.attention(a[0, 0], a[0, 0], a[0, 0], 1.0) is None  # 2-D: no heads
+
+
+# ---- explicit attention written as operators: one fused step on numpy ---------------------------
+
+
+class ExplicitAttention(nn.Module):
+    """Attention the way timm and BERT-style code write it, which pnnx keeps as separate
+    operators: ``a`` scales q first (timm), ``b`` divides the scores and adds a padding mask (BERT),
+    ``c`` scales the scores with softmax over dim=3, ``d`` shares one key/value set across the
+    batch (a broadcasting product, which the fast path declines), ``e`` also returns its scores
+    (so the chain must not be fused)."""
+
+    def __init__(self, dim=24, heads=3):
+        super().__init__()
+        self.h, self.d = heads, dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def split(self, x):
+        n, length, _ = x.shape
+        qkv = self.qkv(x).reshape(n, length, 3, self.h, self.d).permute(2, 0, 3, 1, 4)
+        return qkv.unbind(0)
+
+    def forward(self, x, pad, kv):
+        q, k, v = self.split(x)
+        a = torch.matmul(q * self.d ** -0.5, k.transpose(-2, -1)).softmax(dim=-1) @ v
+        # (distinct operands throughout: pnnx merges equal products into one with several users)
+        b = F.softmax(torch.matmul(q + 1, k.transpose(-2, -1)) / 4.0 + pad, dim=-1) @ v
+        c = torch.matmul(torch.softmax(torch.matmul(q - 1, k.transpose(-2, -1)) * 0.3, dim=3), v)
+        ks, vs = kv[:1, 0], kv[1:, 0]
+        d = torch.matmul(torch.softmax(torch.matmul(q * 2, ks.transpose(-2, -1)), dim=-1), vs)
+        scores = torch.matmul(q * 3, k.transpose(-2, -1))
+        e = torch.matmul(scores.softmax(-1), v)
+        return a, b, c, d, e, scores
+
+
+@pytest.fixture(scope="session")
+def explicit_attention_export(tmp_path_factory):
+    torch.manual_seed(0)
+    module = ExplicitAttention().eval()
+    x = torch.randn(2, 41, 24)
+    pad = torch.where(torch.rand(2, 1, 1, 41) < 0.2, -1e4, 0.0)
+    kv = torch.randn(2, 1, 3, 41, 8)
+    param = export_module(module, (x, pad, kv), tmp_path_factory.mktemp("explicit_attention"))
+    return param, module, (x, pad, kv)
+
+
+def test_explicit_attention_fused_matches_torch(explicit_attention_export, model_backend):
+    """On numpy the chains a-d run as one step each (e keeps its own: its scores are an output)
+    and match torch, as does every backend and the unfused graph."""
+    import kuiper_xp
+
+    param, module, inputs = explicit_attention_export
+    require_types(param)
+    compare_graph(param, model_backend, module, inputs, rtol=1e-4)
+    g = kuiper_xp.load(param, backend=model_backend)
+    if getattr(g.backend.fast, "attention", None) is None:
+        assert g.fused_attention == []
+        return
+    chains = sorted(g.fused_attention)
+    assert len(chains) == 4, chains
+    assert sum(len(c) == 4 for c in chains) == 2  # b and c: a score expression between
+    plain = kuiper_xp.load(param, backend=model_backend, fuse=False)
+    assert plain.fused_attention == []
+    assert len(plain.execution_order) - len(g.execution_order) == len(g.fused) + sum(len(c) - 1 for c in chains)
+    xs = [t2n(t) for t in inputs]
+    for a, b in zip(g(*xs), plain(*xs)):
+        assert_close(kuiper_xp.to_numpy(a), kuiper_xp.to_numpy(b), rtol=1e-5)
+
+
+def test_explicit_attention_fused_step_falls_back_and_names_its_ops(explicit_attention_export):
+    """The fused step runs the original layers where the fast path declines (the shared key set of
+    ``d`` broadcasts; a key of the wrong depth, which then gets the product's own error)."""
+    import kuiper_xp
+    from kuiper_xp.layers.attention import FusedAttention
+
+    param, _, inputs = explicit_attention_export
+    g = kuiper_xp.load(param, backend="numpy")
+    steps = [r for r in g.execution_order if isinstance(r.layer, FusedAttention)]
+    assert len(steps) == 4
+    calls = []
+    for r in steps:
+        real = r.layer._fast
+        r.layer._fast = lambda *a, real=real: calls.append(real(*a)) or calls[-1]
+    g(*[t2n(t) for t in inputs])
+    assert sum(c is None for c in calls) == 1  # d: k of batch 1 against q of batch 2
+    layer = steps[0].layer
+    assert layer.names[-1] == steps[0].name and len(layer.names) in (3, 4)
+    q = np.zeros((2, 3, 41, 8), np.float32)
+    mask = [np.zeros((2, 1, 1, 41), np.float32)] if layer.has_mask else []
+    with pytest.raises(ValueError, match="size 7 is different from 8"):  # (the runtime adds the op)
+        layer.forward(q, np.zeros((2, 3, 7, 41), np.float32), q, *mask)

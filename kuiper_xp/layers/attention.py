@@ -714,3 +714,75 @@ class TransformerEncoderLayerFwd(Layer):
         y = self._gelu.forward(y) if use_gelu else self._relu.forward(y)
         y = self._linear(y, f2w, f2b) + x
         return y if norm_first else self._norm(y, n2w, n2b, eps)
+
+
+# ---------------------------------------------------------------------------------------------
+# explicit attention written as operators (timm's ViT, hand-written BERT-style blocks)
+
+
+def score_transform(tree: Any, scores: int) -> tuple[float, int | None] | None:
+    """What a ``pnnx.Expression`` between ``q @ k^T`` and the softmax does to the scores (input
+    ``@scores``): ``(scale, mask input or None)`` for ``@s``, ``mul(@s, c)`` / ``mul(c, @s)`` /
+    ``div(@s, c)`` (nested), optionally inside an outermost ``add(.., @j)`` / ``add(@j, ..)`` of
+    another input (an additive mask, added after the scaling); None for anything else."""
+
+    def scaled(node: Any) -> float | None:
+        if node.kind == "input":
+            return 1.0 if node.value == scores else None
+        if node.kind != "call" or node.value not in ("mul", "div") or len(node.args) != 2:
+            return None
+        a, b = node.args
+        consts = [n for n in (a, b) if n.kind == "const" and type(n.value) in (int, float)]
+        if len(consts) != 1:
+            return None
+        c = float(consts[0].value)
+        inner = scaled(b if consts[0] is a else a)
+        if inner is None or not math.isfinite(c):
+            return None
+        if node.value == "mul":
+            return inner * c
+        return inner / c if consts[0] is b and c != 0.0 else None  # (c / @s is no scaling)
+
+    s = scaled(tree)
+    if s is not None:
+        return s, None
+    if tree.kind == "call" and tree.value == "add" and len(tree.args) == 2:
+        for x, m in (tree.args, tree.args[::-1]):
+            s = scaled(x)
+            if s is not None and m.kind == "input" and m.value != scores:
+                return s, m.value
+    return None
+
+
+class FusedAttention(Layer):
+    """The runtime's stand-in for ``matmul(q, kt) -> [scale / mask expression] -> softmax(-1) ->
+    matmul(., v)`` written as separate operators: the backend's fast attention (scores computed
+    a block of heads at a time and soft-maxed while in cache, never stored whole) where it takes
+    the operands, else the original layers one after the other (the reference). Its inputs are
+    ``(q, kt, v)`` and the mask, if any; ``steps`` lists each original layer with where its
+    arguments come from (an input index, or None for the previous step's result)."""
+
+    def __init__(self, ctx: BuildContext, steps: list[tuple[Layer, list[int | None]]], scale: float,
+                 has_mask: bool, names: tuple[str, ...]):
+        super().__init__(ctx)
+        self.steps, self.scale, self.has_mask, self.names = steps, scale, has_mask, names
+        self._attention = getattr(ctx.fast, "attention", None)
+
+    def _fast(self, q: Any, kt: Any, v: Any, mask: Any) -> Any:
+        if self._attention is None or q.ndim < 3 or kt.ndim != q.ndim or v.ndim != q.ndim:
+            return None
+        return self._attention(q, self.xp.matrix_transpose(kt), v, self.scale, mask)
+
+    def forward(self, *inputs: Any) -> Any:
+        out = self._fast(inputs[0], inputs[1], inputs[2], inputs[3] if self.has_mask else None)
+        if out is not None:
+            return out
+        prev = None
+        for layer, sources in self.steps:
+            try:
+                prev = layer.forward(*(prev if k is None else inputs[k] for k in sources))
+            except Exception as exc:
+                exc.add_note(f"in {layer.op_type} {layer.op_name!r}, one step of the attention "
+                             f"chain {' -> '.join(self.names)} run as one")
+                raise
+        return prev

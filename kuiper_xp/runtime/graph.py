@@ -134,6 +134,9 @@ class Graph:
         self.param_path = Path(param_path)
         self.fuse = fuse
         self.fused: list[tuple[str, str]] = []  # (producer name, activation name) pairs
+        #: explicit attention chains run as one step: (q @ k^T, [scale/mask expression,] softmax,
+        #: @ v) operator names, the last one being the step that stays
+        self.fused_attention: list[tuple[str, ...]] = []
         self.bin_path = None if bin_path is None else Path(bin_path)
         self.backend: Backend = get_backend(backend, device)
         self.xp = self.backend.xp
@@ -241,8 +244,10 @@ class Graph:
             r.layer = registry.create(r.op, ctx)
         ctx.release()
         outputs_of: dict[int, list[Operand]] = {id(r): list(r.op.outputs) for r in compute}
+        inputs_of: dict[int, list[Operand]] = {id(r): list(r.op.inputs) for r in compute}
         if self.fuse:
             compute = self._fuse_activations(compute, outputs_of, output_operands)
+            compute = self._fuse_attention(compute, inputs_of, outputs_of, output_operands)
             self._plan_layouts(compute, outputs_of, output_operands)
 
         # successors (seed 002): operators consuming any of this operator's outputs
@@ -277,7 +282,7 @@ class Graph:
         last_use: dict[int, int] = {}
         keep = set(self._output_ids)
         for i, r in enumerate(steps):
-            r.in_ids = tuple(slots[o.name] for o in r.op.inputs)
+            r.in_ids = tuple(slots[o.name] for o in inputs_of[id(r)])
             r.out_ids = tuple(slots[o.name] for o in outputs_of[id(r)])
             for s in r.in_ids:
                 last_use[s] = i
@@ -353,6 +358,83 @@ class Graph:
             outputs_of[id(r)] = list(c.op.outputs)
             gone.add(id(c))
             self.fused.append((r.name, c.name))
+        return [r for r in compute if id(r) not in gone]
+
+    def _fuse_attention(self, compute: list[RuntimeOperator], inputs_of: dict[int, list[Operand]],
+                        outputs_of: dict[int, list[Operand]],
+                        graph_outputs: list[Operand]) -> list[RuntimeOperator]:
+        """Run ``torch.matmul(q, kt) -> [pnnx.Expression scaling the scores and/or adding a
+        mask] -> softmax over the last axis -> torch.matmul(., v)`` as one step where the
+        backend has a fast attention (numpy): the scores never exist whole. Each intermediate
+        must go only to the next operator of the chain. The step stays at the last product
+        (every operand is there by then) as a :class:`FusedAttention`, which falls back to the
+        original layers, in order, when the fast path does not take the operands."""
+        from kuiper_xp.layers.activation import Softmax
+        from kuiper_xp.layers.attention import FusedAttention, MatMul, score_transform
+        from kuiper_xp.layers.expression import Expression
+
+        if getattr(self.backend.fast, "attention", None) is None:
+            return compute
+        by_op = {id(r.op): r for r in compute}
+
+        def next_of(r: RuntimeOperator) -> RuntimeOperator | None:
+            outs = outputs_of[id(r)]
+            if len(outs) != 1 or outs[0] in graph_outputs or len(outs[0].consumers) != 1:
+                return None
+            return by_op.get(id(outs[0].consumers[0]))
+
+        gone: set[int] = set()
+        ctx = BuildContext(self.backend)
+        for r1 in compute:
+            if type(r1.layer) is not MatMul or id(r1) in gone:
+                continue
+            mid = sm = next_of(r1)
+            if mid is not None and type(mid.layer) is Expression:
+                sm = next_of(mid)
+            else:
+                mid = None
+            r2 = next_of(sm) if sm is not None else None
+            if (sm is None or type(sm.layer) is not Softmax or sm.layer.negate or r2 is None
+                    or type(r2.layer) is not MatMul
+                    or sm.layer.dtype not in (None, sm.op.inputs[0].array_dtype)):  # (no cast)
+                continue
+            rank = sm.op.inputs[0].shape
+            if sm.layer.dim != -1 and (rank is None or sm.layer.dim != len(rank) - 1):
+                continue
+            scores, probs = outputs_of[id(r1)][0], outputs_of[id(sm)][0]
+            p1, p2 = r1.layer.pos, r2.layer.pos
+            ins1, ins2 = inputs_of[id(r1)], inputs_of[id(r2)]
+            if len(ins1) != 2 or len(ins2) != 2 or ins2[p2["input"]] is not probs or ins2[p2["other"]] is probs:
+                continue
+            operands = [ins1[p1["input"]], ins1[p1["other"]], ins2[p2["other"]]]
+            scale, steps = 1.0, [(r1.layer, [0 if k == p1["input"] else 1 for k in range(2)])]
+            if mid is not None:
+                mins = inputs_of[id(mid)]
+                if sum(o is scores for o in mins) != 1:
+                    continue
+                found = score_transform(mid.layer.program.tree, mins.index(scores))
+                if found is None:
+                    continue
+                scale, mask_at = found
+                if mask_at is not None:
+                    if mask_at >= len(mins):
+                        continue
+                    operands.append(mins[mask_at])
+                steps.append((mid.layer, [None if o is scores else (3 if k == mask_at else -1)
+                                          for k, o in enumerate(mins)]))
+                if -1 in steps[-1][1]:  # (an input neither the scores nor the mask)
+                    continue
+            steps.append((sm.layer, [None]))
+            steps.append((r2.layer, [None if k == p2["input"] else 2 for k in range(2)]))
+            chain = (r1, mid, sm, r2) if mid is not None else (r1, sm, r2)
+            names = tuple(r.name for r in chain)
+            fused = FusedAttention(ctx, steps, scale, len(operands) == 4, names)
+            fused.op_type, fused.op_name = r2.layer.op_type, r2.layer.op_name
+            r2.layer = fused
+            inputs_of[id(r2)] = operands
+            gone.update(id(r) for r in chain[:-1])
+            self.fused_attention.append(names)
+        ctx.release()
         return [r for r in compute if id(r) not in gone]
 
     @staticmethod
