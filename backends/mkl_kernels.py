@@ -7,8 +7,9 @@ installed (``pip install mkl``, which puts ``libmkl_rt`` in ``<prefix>/lib``).
 Why: OpenBLAS packs the weight panel on every call, which dominates products with few rows.
 ViT-B/32's linear layers at batch 1 (50 tokens, 768 -> 3072) took 1.84 ms with OpenBLAS and 1.33
 with MKL, split the same way over 2 threads, cold weights; PyTorch, which calls MKL, 1.26. And
-numpy has no erf: GELU's float32 rational approximation is 27 ufunc passes, 3.2 ms on 400x3072,
-against 1.2 with MKL's vector erf (4 passes around one call).
+numpy has no erf: GELU's float32 rational approximation was 27 ufunc passes, 3.2 ms on 400x3072,
+against 1.2 with MKL's vector erf (4 passes around one call); numpy's path is now 17 passes
+around one ``exp`` (numpy_fast._k_gelu).
 
 MKL runs sequentially here (``MKL_Set_Threading_Layer(SEQUENTIAL)``): kuiper-xp's own threads
 split the products (``numpy_fast._gemm``), as they do with OpenBLAS pinned to one thread. That
