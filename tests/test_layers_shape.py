@@ -476,3 +476,62 @@ def test_dynamic_spatial_export(model_backend, shape_exports, shape):
     text = shape_exports["spatial"].read_text()
     assert "$shape=" in text and "pnnx.Expression" in text, "pnnx did not make the reshape targets inputs"
     _compare(DynamicSpatial(), shape_exports["spatial"], model_backend, torch.randn(*shape))
+
+
+# -- in-place assignment into slices (Tensor.slice_copy, Tensor.fill, torch.clone) ----------------
+
+
+class SliceAssign(nn.Module):
+    """torch code that writes into slices in place: a padding mask made in ``forward`` (BERT
+    style), a slice of a clone set from another input, a strided 2-D slice filled with a number,
+    and one index along dim 1 (pnnx: ``select=0 step=0``)."""
+
+    def forward(self, x, y):
+        keep = torch.ones(x.shape[0], 1, 1, 12)
+        keep[..., -4:] = 0
+        z = x.clone()
+        z[:, 1:3] = y
+        w = x * 2
+        w[:, :, ::2, 1:5] = 7.0
+        v = x + 1
+        v[:, 0] = y[:, 1]
+        return keep * x, z, w, v
+
+
+def test_slice_assignment_matches_torch(backend, tmp_path):
+    """Exported with a dynamic batch (a static export folds the mask, and pnnx then drops the
+    assignment: its own bug); both batch sizes against torch, exactly."""
+    from helpers import compare_with_torch
+
+    x, y = torch.randn(2, 4, 5, 12), torch.randn(2, 2, 5, 12)
+    x2, y2 = torch.randn(3, 4, 5, 12), torch.randn(3, 2, 5, 12)
+    param = compare_with_torch(SliceAssign(), (x, y), backend, tmp_path, rtol=0, inputs2=(x2, y2))
+    text = param.read_text()
+    for t in ("Tensor.slice_copy", "Tensor.fill", "select=0", "steps=(2,1)"):
+        assert t in text, f"pnnx no longer emits {t}"
+    compare_with_torch(SliceAssign(), (x2, y2), backend, rtol=0, param=param)
+
+
+def test_slice_copy_and_fill_edges(backend):
+    """slice_copy leaves its input alone, broadcasts and casts the source, names itself when the
+    source does not fit; fill casts its value to the input's dtype (truncating for integers)."""
+    sc = make_layer(backend, "Tensor.slice_copy", "dim=1 start=1 end=3 step=1", n_in=2, names=("self", "src"))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    got = run(backend, sc, x, np.array([5, 6], dtype=np.int64))
+    want = x.copy()
+    want[:, 1:3] = [5, 6]
+    np.testing.assert_array_equal(backend.to_numpy(got), want)
+    x_dev = backend.asarray(x)
+    sc(x_dev, backend.asarray(np.ones((3, 1), np.float32)))
+    np.testing.assert_array_equal(backend.to_numpy(x_dev), x)  # not written in place
+    with pytest.raises(ShapeError, match=r"Tensor.slice_copy 'op': the source of shape \(3, 3\) does not fit "
+                                         r"the slice of shape \(3, 2\)"):
+        run(backend, sc, x, np.zeros((3, 3), np.float32))
+    fill = make_layer(backend, "Tensor.fill", "value=2.7", names=("input",))
+    got = run(backend, fill, np.zeros((2, 3), np.int64))
+    assert backend.to_numpy(got).dtype == np.int64
+    np.testing.assert_array_equal(backend.to_numpy(got), torch.zeros(2, 3, dtype=torch.long).fill_(2.7).numpy())
+    got = run(backend, fill, np.zeros((2, 3), np.float32))
+    np.testing.assert_array_equal(backend.to_numpy(got), np.full((2, 3), 2.7, np.float32))
+    with pytest.raises(LayerParameterError, match="'value' is missing"):
+        make_layer(backend, "Tensor.fill", "", names=("input",))

@@ -443,6 +443,38 @@ class FullLike(Layer):
         return self.xp.full(size, self.fill, dtype=dtype, device=self.device)
 
 
+@register("Tensor.fill", "Tensor.fill_")
+class Fill(Layer):
+    """``x.fill_(value)`` as a fresh array: x's shape and dtype, every element ``value`` (a
+    parameter or a 0-d input; cast to x's dtype as torch does: truncated for integers)."""
+
+    def __init__(self, ctx: BuildContext, value: Any, slot: int | None, input_pos: int):
+        super().__init__(ctx)
+        self.value, self.slot, self.input_pos = value, slot, input_pos
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        slots = input_slots(op, ("input", "value"))
+        if "input" not in slots:
+            raise LayerParameterError(f"{op.where}: needs an input tensor")
+        value = None if "value" in slots else _scalar_param(op, "value")
+        if value is None and "value" not in slots:
+            raise LayerParameterError(f"{op.where}: parameter 'value' is missing")
+        return cls(ctx, value, slots.get("value"), slots["input"])
+
+    def forward(self, *inputs: Any) -> Any:
+        xp, x = self.xp, inputs[self.input_pos]
+        v = self.value
+        if self.slot is not None:
+            a = inputs[self.slot]
+            v = a if isinstance(a, (bool, int, float)) else (to_float(a) if is_float(xp, a.dtype) else to_int(a))
+        if x.dtype == xp.bool:
+            v = bool(v)
+        elif not is_float(xp, x.dtype):
+            v = int(v)  # (toward zero, as torch's fill_ of an integer tensor)
+        return xp.full(tuple(x.shape), v, dtype=x.dtype, device=self.device)
+
+
 @register("torch.arange")
 class Arange(Layer):
     """``torch.arange(start, end, step)``; each bound a parameter or an input scalar. With no

@@ -524,15 +524,15 @@ def _select_key(n: int, index: int, who: str, d: int) -> int:
     return index + n if index < 0 else index
 
 
-_SLICE1 = ("dim", "start", "end", "step")
+_SLICE1 = ("dim", "start", "end", "step", "select")
 _SLICEN = ("dims", "starts", "ends", "steps", "selects")
 
 
 @register("Tensor.slice")
 class Slice(ShapeLayer):
-    """``x[..., start:end:step, ...]`` on one dim (``dim/start/end/step``) or several
-    (``dims/starts/ends/steps/selects``: a ``selects`` entry other than INT_MAX picks one index and
-    drops the dim). Dims are those of the input. End >= 2147483647 means "to the end"; negative
+    """``x[..., start:end:step, ...]`` on one dim (``dim/start/end/step``; a ``select`` other than
+    INT_MAX picks one index and drops the dim) or several (``dims/starts/ends/steps/selects``: a
+    ``selects`` entry other than INT_MAX does the same). Dims are those of the input. End >= 2147483647 means "to the end"; negative
     starts/ends count from the end and are clamped, as in Python. Any parameter may instead come as
     an input (``$end``, ``$starts``, ...)."""
 
@@ -574,6 +574,10 @@ class Slice(ShapeLayer):
         key: list[Any] = [slice(None)] * nd
         if not self.multi:
             d = norm_dim(vals["dim"], nd, self.who)
+            sel = vals.get("select")
+            if sel is not None and sel < END:  # (pnnx's Tensor.slice_copy for x[:, i] = y: step=0)
+                key[d] = _select_key(shape[d], sel, self.who, d)
+                return tuple(key)
             start = 0 if vals.get("start") is None else vals["start"]
             end = END if vals.get("end") is None else vals["end"]
             step = 1 if vals.get("step") is None else vals["step"]
@@ -603,6 +607,33 @@ class Slice(ShapeLayer):
         if extra:
             return x[self._key(shape, self._values(extra))]
         return x[self.cached(shape, lambda: self._key(shape, self.params))]
+
+
+@register("Tensor.slice_copy")
+class SliceCopy(Slice):
+    """torch's in-place assignment into a slice (``x[..., a:b] = y``, ``x[:, 0] = y``), which
+    pnnx writes as ``Tensor.slice_copy $self $src`` with :class:`Slice`'s parameters: a copy of
+    ``self`` with ``src`` (broadcast to the slice, cast to self's dtype) written into the slice;
+    ``self`` itself is not modified (other layers may share it)."""
+
+    def forward(self, x: Any, src: Any, *extra: Any) -> Any:
+        xp = self.xp
+        shape = tuple(x.shape)
+        if extra:
+            key = self._key(shape, self._values((src,) + extra))
+        else:
+            key = self.cached(shape, lambda: self._key(shape, self.params))
+        out = xp.asarray(x, copy=True)
+        target = out[key]
+        try:
+            value = xp.broadcast_to(src, tuple(target.shape))
+        except Exception:  # noqa: BLE001 - the library's own broadcasting error
+            raise ShapeError(f"{self.who}: the source of shape {tuple(src.shape)} does not fit the slice "
+                             f"of shape {tuple(target.shape)} of an input of shape {shape}") from None
+        if value.dtype != out.dtype:
+            value = xp.astype(value, out.dtype)
+        out[key] = value
+        return out
 
 
 @register("Tensor.select", "torch.select")
@@ -741,7 +772,7 @@ class Unsqueeze(ShapeLayer):
 
 
 # -- copies, repeats, broadcasts -------------------------------------------------------------------
-@register("Tensor.contiguous", "Tensor.clone", "Tensor.detach")
+@register("Tensor.contiguous", "Tensor.clone", "Tensor.detach", "torch.clone", "torch.detach")
 class Contiguous(Layer):
     """No-op: arrays here have no layout the next op must care about (clone: arrays are not
     written in place by any layer, so sharing is safe)."""
