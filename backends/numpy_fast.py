@@ -2860,8 +2860,27 @@ def pixel_shuffle(x: np.ndarray, r: int, inverse: bool = False) -> np.ndarray | 
 
 
 def pack_linear(weight) -> np.ndarray:
-    """``W^T`` as an (in, out) view of the (out, in) weight (BLAS reads it transposed)."""
-    return np.asarray(weight).T
+    """``W^T`` of an (out, in) weight as a contiguous (in, out) array, made once at build: the
+    products then read it untransposed, which OpenBLAS packs faster (2 threads of an AMD EPYC,
+    x of 128 rows: 768x768 0.82 against 1.00 ms as a transposed view, 3072x768 3.39 against 3.74;
+    in models, interleaved: timm's ViT-Tiny 33.8 against 37.4 ms at batch 1, ViT-B/32 91.3
+    against 94.5, and 423 against 434 at batch 8). The layers drop the read weight from the
+    build's cache, so loading holds one weight twice at a time, not all of them."""
+    w = np.asarray(weight)
+    if w.ndim != 2 or w.shape[0] < 2 * PACK_ROWS:
+        return np.ascontiguousarray(w.T)
+    out = np.empty((w.shape[1], w.shape[0]), w.dtype)
+
+    def part(lo, hi):  # blocks of rows: 2.3x faster than one strided copy
+        for i in range(lo * PACK_ROWS, min(w.shape[0], hi * PACK_ROWS), PACK_ROWS):
+            out[:, i:i + PACK_ROWS] = w[i:i + PACK_ROWS].T
+    _parallel(part, -(-w.shape[0] // PACK_ROWS), w.size)  # (over set_num_threads' threads)
+    return out
+
+
+#: rows of the weight transposed at a time by :func:`pack_linear` (3072x768 float32: 6.1 ms as
+#: one copy, 2.6 in blocks of 128 rows, 2.9 of 64, 3.5 of 32)
+PACK_ROWS = 128
 
 
 def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:

@@ -252,3 +252,62 @@ def test_numpy_fast_scale_shift_is_torch_batch_norm(monkeypatch, dtype):
     assert nf.scale_shift(x[:, :, ::2], scale, shift) is None  # not contiguous
     assert nf.scale_shift(x, scale.astype(np.float16), shift) is None
     assert nf.scale_shift(x[:, :4], scale, shift) is None  # channel mismatch: the layer reports it
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (17, 4), (70, 9)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_numpy_pack_linear_is_a_contiguous_transpose(monkeypatch, shape, threads):
+    """numpy_fast.pack_linear: W^T as a C-contiguous copy, in blocks of rows (a short last one)
+    split over the threads; small weights in one copy."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "PACK_ROWS", 8)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    w = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    old = nf.set_num_threads(threads)
+    try:
+        got = nf.pack_linear(w)
+    finally:
+        nf.set_num_threads(old)
+    assert got.flags.c_contiguous and not np.shares_memory(got, w)
+    np.testing.assert_array_equal(got, w.T)
+
+
+def test_linear_and_attention_build_keep_only_the_packed_weights(tmp_path):
+    """On numpy, Linear and MultiheadAttention keep contiguous W^T copies and drop the weights
+    they read from the build's cache (loading holds one weight twice at a time, not all)."""
+    from test_layers_misc import export_module
+
+    import kuiper_xp
+    from kuiper_xp.layers import BuildContext
+
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Linear(8, 24), nn.TransformerEncoderLayer(24, 4, 32, batch_first=True))
+    module.eval()
+    x = torch.randn(2, 5, 8)
+    param = export_module(nn.Sequential(module[0], _SelfAttention(module[1].self_attn)), (x,), tmp_path)
+    forgotten = []
+    real = BuildContext.forget
+    BuildContext.forget = lambda self, ref: forgotten.append(ref.member) or real(self, ref)
+    try:
+        g = kuiper_xp.load(param, backend="numpy")
+    finally:
+        BuildContext.forget = real
+    assert sorted(forgotten) == sorted(["0.weight", "1.attn.in_proj_weight", "1.attn.out_proj.weight"]), forgotten
+    lin = next(r.layer for r in g.execution_order if r.type == "nn.Linear")
+    assert lin.weight_t.flags.c_contiguous and lin.weight_t.shape == (8, 24)
+    mha = next(r.layer for r in g.execution_order if r.type == "nn.MultiheadAttention")
+    assert mha.w["qkv_t"].flags.c_contiguous and mha.w["o_t"].flags.c_contiguous
+    assert np.shares_memory(mha.w["k_t"], mha.w["qkv_t"])
+    with torch.no_grad():
+        want = _SelfAttention(module[1].self_attn)(module[0](x))
+    assert_close(g(x.numpy())[0], want.numpy(), rtol=1e-5)
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, attn):
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]

@@ -130,23 +130,32 @@ class MultiheadAttention(Layer):
                 raise LayerParameterError(f"{op.where}: weight {name!r} has shape {tuple(a.shape)}, expected {shape}")
             return a
 
+        # W^T as the backend lays it out for products (numpy: a contiguous copy, the read weight
+        # then dropped from the build's cache), else a transposed view
+        fast_pack = getattr(ctx.fast, "pack_linear", None)
+
+        def packed(name: str, shape: tuple[int, ...]) -> Any:
+            a = want(name, shape)
+            if fast_pack is None:
+                return xp.matrix_transpose(a)
+            ctx.forget(op.weight_ref(name))
+            return fast_pack(a)
+
         w: dict[str, Any] = {}
         if op.weight_ref("in_proj_weight") is not None:
-            ipw = want("in_proj_weight", (3 * E, E))
             if kdim != E or vdim != E:
                 raise LayerParameterError(f"{op.where}: in_proj_weight needs kdim == vdim == embed_dim")
-            wq, wk, wv = ipw[:E, :], ipw[E:2 * E, :], ipw[2 * E:, :]
-            w["qkv_t"] = xp.matrix_transpose(ipw)
+            w["qkv_t"] = qkv_t = packed("in_proj_weight", (3 * E, E))
+            w["q_t"], w["k_t"], w["v_t"] = qkv_t[:, :E], qkv_t[:, E:2 * E], qkv_t[:, 2 * E:]
         else:
-            wq = want("q_proj_weight", (E, E))
-            wk = want("k_proj_weight", (E, kdim))
-            wv = want("v_proj_weight", (E, vdim))
-        w["q_t"], w["k_t"], w["v_t"] = (xp.matrix_transpose(a) for a in (wq, wk, wv))
+            w["q_t"] = packed("q_proj_weight", (E, E))
+            w["k_t"] = packed("k_proj_weight", (E, kdim))
+            w["v_t"] = packed("v_proj_weight", (E, vdim))
         ipb = want("in_proj_bias", (3 * E,), optional=True)
         if ipb is not None:
             w["qkv_b"] = ipb
             w["q_b"], w["k_b"], w["v_b"] = ipb[:E], ipb[E:2 * E], ipb[2 * E:]
-        w["o_t"] = xp.matrix_transpose(want("out_proj.weight", (E, E)))
+        w["o_t"] = packed("out_proj.weight", (E, E))
         w["o_b"] = want("out_proj.bias", (E,), optional=True)
         if op.param("add_bias_kv", bool, default=False):
             w["bias_k"] = xp.reshape(want("bias_k", (1, 1, E)), (1, 1, E))

@@ -34,6 +34,13 @@ class BuildContext:
             arr = self.xp.astype(arr, getattr(self.xp, dtype))
         return arr
 
+    def forget(self, ref: WeightRef | None) -> None:
+        """Drop ``ref``'s array from the cache (a layer that keeps only a re-laid-out copy: the
+        build's peak memory then holds one extra weight, not a second copy of them all). A later
+        :meth:`weight` of it reads the .bin again."""
+        if ref is not None:
+            self._weights.pop(id(ref), None)
+
     def asarray(self, host: Any, dtype: str | None = None) -> Any:
         """An array on the device from host data (python lists, scalars)."""
         xp = self.xp

@@ -53,7 +53,11 @@ class Linear(FusesActivation, Layer):
                     f"{op.where}: in_features={op.params.get('in_features')}, out_features="
                     f"{op.params.get('out_features')} do not match weight shape {tuple(w.shape)}")
             fast_pack = getattr(ctx.fast, "pack_linear", None)
-            weight_t = fast_pack(w) if fast_pack is not None else ctx.xp.permute_dims(w, (1, 0))
+            if fast_pack is not None:  # (numpy: a contiguous W^T; the read weight is dropped)
+                ctx.forget(op.weight_ref("weight"))
+                weight_t = fast_pack(w)
+            else:
+                weight_t = ctx.xp.permute_dims(w, (1, 0))
         if "bias" not in slots:
             bias = op.weight("bias", ctx, optional=True)
             if op.param("bias", None, default=None) is True and bias is None:
