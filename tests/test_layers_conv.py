@@ -561,6 +561,62 @@ def test_numpy_fast_1x1_in_blocks_of_pixels(monkeypatch, block, batch, layout, a
     assert_close(planar, want, rtol=RTOL, what=f"1x1 planar result, {layout} input, act {act}")
 
 
+# (kernel, dilation, pads ((top, bottom), (left, right)), input HxW, batch, bias, activation):
+# rates past the map (whole taps out), asymmetric pads, a 5x3 kernel, a rectangular map
+TAPS = [((3, 3), (18, 18), ((18, 18), (18, 18)), (9, 11), 1, True, None),
+        ((3, 3), (4, 4), ((4, 4), (4, 4)), (6, 7), 3, False, "relu"),
+        ((3, 3), (5, 2), ((2, 7), (1, 3)), (7, 5), 2, True, ("clamp", 0.0, 6.0)),
+        ((5, 3), (3, 4), ((6, 6), (4, 4)), (5, 8), 1, True, "silu"),
+        ((3, 3), (40, 40), ((40, 40), (40, 40)), (8, 8), 2, True, None)]
+
+
+@pytest.mark.parametrize("case", TAPS, ids=[f"taps-{i}" for i in range(len(TAPS))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_dilated_conv_one_gemm_per_tap(monkeypatch, case, dtype):
+    """A stride-1 convolution whose taps mostly read padding runs one GEMM per tap over the
+    output pixels with real input (whole input rows as a view, other rectangles copied), summed
+    into the output with the bias, then the activation: against torch and the im2col GEMM, with
+    the GEMMs and adds split over 3 threads."""
+    (kh, kw), dil, pads, (h, w_), n, bias, act = case
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
+    x = rnd(n, 5, h, w_).astype(dtype)
+    w, b = rnd(7, 5, kh, kw, seed=1).astype(dtype), rnd(7, seed=2).astype(dtype) if bias else None
+    plan = nf.conv2d_plan(w, b, stride=(1, 1), dilation=dil, pads=pads)
+    assert plan.algo == "gemm"
+    ho, wo = plan.out_size(h, w_)
+    assert plan._tap_rects(h, w_, ho, wo) is not None, "the case should take the per-tap path"
+    xp = F.pad(t(x), (pads[1][0], pads[1][1], pads[0][0], pads[0][1]))
+    y = F.conv2d(xp, t(w), None if b is None else t(b), dilation=dil)
+    want = {None: y, "relu": F.relu(y), "silu": F.silu(y)}.get(act, F.relu6(y) if act else y).numpy()
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            got = plan(x, act)
+            monkeypatch.setattr(nf, "TAPS_MAX_FRACTION", -1.0)
+            im2col = plan(x, act)
+    finally:
+        nf.set_num_threads(old)
+    tol = RTOL if dtype == np.float32 else 1e-12
+    assert got.shape == want.shape and got.dtype == dtype
+    assert_close(got, want, rtol=tol, what=f"per-tap GEMMs {case}")
+    assert_close(got, im2col, rtol=tol, what="per-tap GEMMs against the im2col GEMM")
+
+
+def test_numpy_fast_taps_only_where_padding_dominates():
+    """The per-tap path is taken only when the taps' real pixels are few: DeepLab's rate 18 on a
+    28x28 map (a third), not a 3x3 convolution with padding 1 on 7x7 (0.82) nor a strided one."""
+    w = rnd(4, 3, 3, 3)
+    rate18 = nf.conv2d_plan(w, None, dilation=(18, 18), pads=((18, 18), (18, 18)))
+    rects = rate18._tap_rects(28, 28, 28, 28)
+    real = sum((r1 - r0) * (c1 - c0) for _, r0, r1, c0, c1, _, _ in rects)
+    assert len(rects) == 9 and real == (10 + 28 + 10) ** 2  # rows and columns: 10 + 28 + 10 of 3 * 28
+    plain = nf.conv2d_plan(w, None, pads=((1, 1), (1, 1)), algo="gemm")
+    assert plain._tap_rects(7, 7, 7, 7) is None
+    strided = nf.conv2d_plan(w, None, stride=(2, 2), dilation=(18, 18), pads=((18, 18), (18, 18)))
+    assert strided._tap_rects(28, 28, 14, 14) is None
+
+
 @pytest.fixture
 def numba_on():
     """The optional numba kernels switched on for one test (skipped without numba)."""
