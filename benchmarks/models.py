@@ -70,19 +70,59 @@ def resolve_model(name: str, input_shape: str | None = None) -> ModelSpec:
     return get_spec(ALIASES.get(key, key))
 
 
-def parse_input_shape(text: str) -> list[tuple[int, ...]]:
-    """``"3,224,224"`` or ``"3,224,224;16"`` (one shape per input, without the batch axis)."""
-    shapes = []
+#: dtypes an input of your own may have (``--input-shape 128:int64:30522``)
+INPUT_DTYPES = ("float32", "int64", "int32", "bool")
+
+
+def parse_inputs(text: str) -> list[tuple[tuple[int, ...], str, int]]:
+    """``"3,224,224"``, ``"3,224,224;16"`` (one shape per input, without the batch axis), each
+    optionally with ``:DTYPE`` (float32, the default; int64, int32, bool) and for integers
+    ``:HIGH`` (values drawn from [0, HIGH), default 2: token ids need the vocabulary size):
+    ``"128:int64:30522;128:int64:2"``. Returns ``(shape, dtype, high)`` per input."""
+    specs = []
     for part in text.split(";"):
+        fields = [f.strip() for f in part.split(":")]
         try:
-            dims = tuple(int(d) for d in part.replace("x", ",").split(",") if d.strip())
+            dims = tuple(int(d) for d in fields[0].replace("x", ",").split(",") if d.strip())
         except ValueError:
             dims = ()
         if not dims or any(d <= 0 for d in dims):
             raise KeyError(f"--input-shape {text!r}: expected positive integers per input, e.g. 3,224,224 "
-                           f"(the batch axis is added by --batches; several inputs separated by ';')")
-        shapes.append(dims)
-    return shapes
+                           f"(the batch axis is added by --batches; several inputs separated by ';', "
+                           f"a dtype after ':', e.g. 128:int64:30522)")
+        dtype = fields[1] if len(fields) > 1 and fields[1] else "float32"
+        if dtype not in INPUT_DTYPES or len(fields) > 3 or (len(fields) == 3 and not dtype.startswith("int")):
+            raise KeyError(f"--input-shape {text!r}: {part!r} should be DIMS[:DTYPE[:HIGH]] with DTYPE one of "
+                           f"{', '.join(INPUT_DTYPES)} (HIGH only for integers)")
+        high = 2
+        if len(fields) == 3:
+            try:
+                high = int(fields[2])
+            except ValueError:
+                high = 0
+            if high <= 0:
+                raise KeyError(f"--input-shape {text!r}: HIGH in {part!r} should be a positive integer "
+                               f"(integer inputs are drawn from [0, HIGH))")
+        specs.append((dims, dtype, high))
+    return specs
+
+
+def parse_input_shape(text: str) -> list[tuple[int, ...]]:
+    """The shapes of :func:`parse_inputs`."""
+    return [shape for shape, _, _ in parse_inputs(text)]
+
+
+def seeded_input(batch: int, shape: tuple[int, ...], dtype: str, high: int, seed: int):
+    """A reproducible input: N(0, 1) float32, or integers uniform in [0, high), or bools."""
+    import torch
+    from zoo import seeded_randn
+
+    if dtype == "float32":
+        return seeded_randn(batch, *shape, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    if dtype == "bool":
+        return torch.randint(0, 2, (batch, *shape), generator=g).bool()
+    return torch.randint(0, high, (batch, *shape), generator=g, dtype=getattr(torch, dtype))
 
 
 def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
@@ -94,7 +134,7 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
     import hashlib
     import importlib.util
 
-    from zoo import INPUT_SEED, seeded_randn
+    from zoo import INPUT_SEED
 
     file = Path(path).expanduser().resolve()
     if not file.is_file():
@@ -117,8 +157,10 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
     if attr not in names:
         raise KeyError(f"{path}:{attr}: {file.name} defines no top-level {attr!r} "
                        f"(found: {', '.join(sorted(names)) or 'nothing'})")
-    shapes = parse_input_shape(input_shape)
-    digest = hashlib.sha256(file.read_bytes() + repr((attr, shapes)).encode()).hexdigest()[:10]
+    specs = parse_inputs(input_shape)
+    shapes = [shape for shape, _, _ in specs]
+    key = shapes if all(dt == "float32" for _, dt, _ in specs) else specs  # (float-only: the old names)
+    digest = hashlib.sha256(file.read_bytes() + repr((attr, key)).encode()).hexdigest()[:10]
     name = f"{re.sub(r'[^A-Za-z0-9_]+', '_', f'{file.stem}_{attr}').strip('_')}_{digest}"
 
     def build():
@@ -137,10 +179,11 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
         return model.eval()
 
     def inputs(batch: int):
-        return tuple(seeded_randn(batch, *s, seed=INPUT_SEED + 1000 * i + batch) for i, s in enumerate(shapes))
+        return tuple(seeded_input(batch, s, dt, high, seed=INPUT_SEED + 1000 * i + batch)
+                     for i, (s, dt, high) in enumerate(specs))
 
     return ModelSpec(name=name, build=build, inputs=inputs, dynamic_batch=4,
-                     description=f"{file}:{attr} with inputs {shapes}")
+                     description=f"{file}:{attr} with inputs {input_shape}")
 
 
 def available_models() -> list[str]:

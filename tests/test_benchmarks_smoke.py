@@ -124,3 +124,28 @@ def test_a_model_of_your_own_from_a_file(tmp_path):
                         f"{arg},{tmp_path / 'mynet.py'}:Nope")
     errors = [c["entries"][0].get("error", "") for c in result["cells"]]
     assert "--input-shape" in errors[0] and "Nope" in errors[1]
+
+
+def test_input_shapes_with_dtypes():
+    """--input-shape DIMS[:DTYPE[:HIGH]]: float32 by default, integer inputs drawn from [0, HIGH)
+    (token ids), bools; malformed fields are one-line errors naming the expected form."""
+    import torch
+
+    if str(RUN.parent) not in sys.path:
+        sys.path.insert(0, str(RUN.parent))
+    from models import parse_input_shape, parse_inputs, seeded_input
+
+    specs = parse_inputs("3,8x8;128:int64:30522;16:bool;4:int32")
+    assert specs == [((3, 8, 8), "float32", 2), ((128,), "int64", 30522), ((16,), "bool", 2), ((4,), "int32", 2)]
+    assert parse_input_shape("3,8x8;5") == [(3, 8, 8), (5,)]
+    ids = seeded_input(3, (128,), "int64", 30522, seed=1)
+    assert ids.dtype == torch.int64 and ids.shape == (3, 128) and 0 <= int(ids.min()) and int(ids.max()) < 30522
+    assert len(set(ids.flatten().tolist())) > 300  # spread over the range
+    assert torch.equal(ids, seeded_input(3, (128,), "int64", 30522, seed=1))
+    assert seeded_input(2, (16,), "bool", 2, seed=1).dtype == torch.bool
+    assert seeded_input(2, (3, 4), "float32", 2, seed=1).dtype == torch.float32
+    for bad, needle in (("128:int8", "DTYPE one of"), ("128:float32:5", "HIGH only for integers"),
+                        ("128:int64:0", "positive integer"), ("0,3", "positive integers"),
+                        ("128:int64:9:9", "DIMS")):
+        with pytest.raises(KeyError, match=needle):
+            parse_inputs(bad)
