@@ -1733,7 +1733,7 @@ class Conv2dPlan:
             for t, r0, r1, c0, c1, di, dj in rects:
                 nr, nc = r1 - r0, c1 - c0
                 src = x[i, :, r0 + di: r1 + di, c0 + dj: c1 + dj]
-                if nc == w and src.strides[2] == w * src.itemsize and src.strides[1] % src.itemsize == 0:
+                if nc == w and src.strides[2] == src.itemsize and src.strides[1] == w * src.itemsize:
                     cols = src.reshape(c, nr * nc)  # whole rows: a view (leading dimension H*W)
                 else:
                     cols = _workspace((c, nr * nc), self.dtype, slot=21)

@@ -589,10 +589,17 @@ def test_numpy_fast_dilated_conv_one_gemm_per_tap(monkeypatch, case, dtype):
     xp = F.pad(t(x), (pads[1][0], pads[1][1], pads[0][0], pads[0][1]))
     y = F.conv2d(xp, t(w), None if b is None else t(b), dilation=dil)
     want = {None: y, "relu": F.relu(y), "silu": F.silu(y)}.get(act, F.relu6(y) if act else y).numpy()
+    rects = plan._tap_rects(h, w_, ho, wo)
+    copies = []
+    real_ws = nf._workspace
+    monkeypatch.setattr(nf, "_workspace", lambda shape, dt, slot=0: (copies.append(slot) if slot == 21 else None)
+                        or real_ws(shape, dt, slot))
     old = nf.set_num_threads(3)
     try:
         with nf.compute_scope():
             got = plan(x, act)
+            # taps reading whole input rows take them as views; the others copy their rectangle
+            assert len(copies) == n * sum(c1 - c0 < w_ for _, _, _, c0, c1, _, _ in rects)
             monkeypatch.setattr(nf, "TAPS_MAX_FRACTION", -1.0)
             im2col = plan(x, act)
     finally:

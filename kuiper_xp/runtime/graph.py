@@ -412,7 +412,7 @@ class Graph:
                 mins = inputs_of[id(mid)]
                 if sum(o is scores for o in mins) != 1:
                     continue
-                found = score_transform(mid.layer.program.tree, mins.index(scores))
+                found = score_transform(mid.layer.program.tree, next(k for k, o in enumerate(mins) if o is scores))
                 if found is None:
                     continue
                 scale, mask_at = found
