@@ -1,0 +1,299 @@
+"""More architectures for ``benchmarks/run.py``, beyond the zoo (plain torch, random weights; the
+runner seeds torch before building them): each factory returns an ``nn.Module``.
+
+    python benchmarks/run.py --models benchmarks/more_models.py:convnext_t --input-shape 3,224,224
+    python benchmarks/run.py --models benchmarks/more_models.py:bert_tokens \
+        --input-shape "128:int64:30522;128:int64:2"
+
+Image models (``--input-shape 3,224,224``): ``convnext_t`` (depthwise 7x7, channels-last
+LayerNorm, GELU MLPs), ``densenet121`` (pre-activation BN-ReLU-conv, concatenations),
+``resnext50`` (grouped 3x3), ``resnet50``, ``inception_c`` (1x7 / 7x1 convolutions at 112x112),
+``vgg16``, ``deeplab_aspp`` (dilated convolutions, rates 6/12/18), ``swin_lite`` (shifted window
+attention written as operators, patch merging). Sequence models: ``bert_base`` (12 layers on
+embeddings, ``--input-shape 128,768``; a padding mask built in forward) and ``bert_tokens`` (token
+ids and an attention mask, ``--input-shape "128:int64:30522;128:int64:2"``)."""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+# ---- ConvNeXt-T-ish (depthwise 7x7, channels-last LayerNorm via permute, Linear MLP, layer scale)
+class CNBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c, eps=1e-6)
+        self.pw1 = nn.Linear(c, 4 * c)
+        self.pw2 = nn.Linear(4 * c, c)
+        self.gamma = nn.Parameter(torch.full((c,), 0.5))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.pw2(F.gelu(self.pw1(self.norm(y))))
+        return x + (self.gamma * y).permute(0, 3, 1, 2)
+
+
+class LN2d(nn.LayerNorm):
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def convnext_t():
+    dims, depths = (96, 192, 384, 768), (3, 3, 9, 3)
+    layers = [nn.Conv2d(3, dims[0], 4, 4), LN2d(dims[0], eps=1e-6)]
+    for i, (d, n) in enumerate(zip(dims, depths)):
+        if i:
+            layers += [LN2d(dims[i - 1], eps=1e-6), nn.Conv2d(dims[i - 1], d, 2, 2)]
+        layers += [CNBlock(d) for _ in range(n)]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.LayerNorm(768), nn.Linear(768, 1000))
+
+
+# ---- DenseNet-121 (pre-activation BN-ReLU-conv, concat growth)
+class DenseLayer(nn.Module):
+    def __init__(self, c, growth=32):
+        super().__init__()
+        self.b1, self.c1 = nn.BatchNorm2d(c), nn.Conv2d(c, 4 * growth, 1, bias=False)
+        self.b2, self.c2 = nn.BatchNorm2d(4 * growth), nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return torch.cat([x, self.c2(F.relu(self.b2(self.c1(F.relu(self.b1(x))))))], 1)
+
+
+def densenet121():
+    c, layers = 64, [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    for i, n in enumerate((6, 12, 24, 16)):
+        for _ in range(n):
+            layers.append(DenseLayer(c))
+            c += 32
+        if i < 3:
+            layers += [nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c // 2, 1, bias=False), nn.AvgPool2d(2, 2)]
+            c //= 2
+    m = nn.Sequential(*layers, nn.BatchNorm2d(c), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 1000))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.normal_(0, 0.1, generator=g)
+                mod.running_var.uniform_(0.5, 1.5, generator=g)
+    return m
+
+
+# ---- ResNeXt-50 32x4d (grouped 3x3)
+class XBlock(nn.Module):
+    def __init__(self, cin, width, cout, stride):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                               nn.Conv2d(width, width, 3, stride, 1, groups=32, bias=False), nn.BatchNorm2d(width),
+                               nn.ReLU(), nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.s = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                  if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return F.relu(self.f(x) + self.s(x))
+
+
+def resnext50():
+    layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)], 64
+    for i, (n, w) in enumerate(zip((3, 4, 6, 3), (128, 256, 512, 1024))):
+        for j in range(n):
+            layers.append(XBlock(cin, w, 2 * w, 2 if (j == 0 and i > 0) else 1))
+            cin = 2 * w
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000))
+
+
+# ---- Inception-style block with asymmetric 1x7 / 7x1 convolutions
+class InceptionC(nn.Module):
+    def __init__(self, c, c7):
+        super().__init__()
+        def cbr(i, o, k, p):
+            return nn.Sequential(nn.Conv2d(i, o, k, padding=p, bias=False), nn.BatchNorm2d(o), nn.ReLU())
+        self.b1 = cbr(c, 192, 1, 0)
+        self.b7 = nn.Sequential(cbr(c, c7, 1, 0), cbr(c7, c7, (1, 7), (0, 3)), cbr(c7, 192, (7, 1), (3, 0)))
+        self.bd = nn.Sequential(cbr(c, c7, 1, 0), cbr(c7, c7, (7, 1), (3, 0)), cbr(c7, c7, (1, 7), (0, 3)),
+                                cbr(c7, c7, (7, 1), (3, 0)), cbr(c7, 192, (1, 7), (0, 3)))
+        self.bp = cbr(c, 192, 1, 0)
+
+    def forward(self, x):
+        return torch.cat([self.b1(x), self.b7(x), self.bd(x), self.bp(F.avg_pool2d(x, 3, 1, 1))], 1)
+
+
+def inception_c():
+    return nn.Sequential(nn.Conv2d(3, 768, 3, 2, 1), nn.ReLU(), InceptionC(768, 128), InceptionC(768, 160),
+                         InceptionC(768, 192), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(768, 10))
+
+
+# ---- BERT-base-like encoder on embeddings (explicit attention with a padding mask)
+class BertLayer(nn.Module):
+    def __init__(self, d=768, h=12):
+        super().__init__()
+        self.h, self.dh = h, d // h
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def heads(self, t):
+        n, length, _ = t.shape
+        return t.view(n, length, self.h, self.dh).transpose(1, 2)
+
+    def forward(self, x, mask):
+        q, k, v = self.heads(self.q(x)), self.heads(self.k(x)), self.heads(self.v(x))
+        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.dh) + mask
+        ctx = torch.matmul(s.softmax(-1), v).transpose(1, 2).reshape(x.shape)
+        x = self.ln1(x + self.o(ctx))
+        return self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+class Bert(nn.Module):
+    def __init__(self, layers=12):
+        super().__init__()
+        self.layers = nn.ModuleList(BertLayer() for _ in range(layers))
+
+    def forward(self, x):
+        # the mask from the input: the last 16 of 128 positions are padding
+        keep = torch.ones(x.shape[0], 1, 1, x.shape[1])
+        keep[..., -16:] = 0
+        mask = (1.0 - keep) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+def bert_base():
+    return Bert()
+
+
+# ---- VGG-16 features + small head
+def vgg16():
+    cfg, layers, c = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"), [], 3
+    for v in cfg:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2))
+        else:
+            layers += [nn.Conv2d(c, v, 3, padding=1), nn.ReLU()]
+            c = v
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+
+# ---- DeepLab-style ASPP on a dilated trunk
+class ASPP(nn.Module):
+    def __init__(self, c, o=256):
+        super().__init__()
+        self.b = nn.ModuleList([nn.Conv2d(c, o, 1)] + [nn.Conv2d(c, o, 3, padding=r, dilation=r) for r in (6, 12, 18)])
+        self.pool = nn.Conv2d(c, o, 1)
+        self.proj = nn.Conv2d(5 * o, o, 1)
+
+    def forward(self, x):
+        p = F.interpolate(self.pool(F.adaptive_avg_pool2d(x, 1)), size=x.shape[-2:], mode="bilinear", align_corners=False)
+        return self.proj(torch.cat([F.relu(b(x)) for b in self.b] + [p], 1))
+
+
+def deeplab_aspp():
+    trunk = nn.Sequential(nn.Conv2d(3, 64, 3, 2, 1), nn.ReLU(), nn.Conv2d(64, 128, 3, 2, 1), nn.ReLU(),
+                          nn.Conv2d(128, 256, 3, 2, 1), nn.ReLU(), nn.Conv2d(256, 512, 3, 1, 2, dilation=2), nn.ReLU())
+    return nn.Sequential(trunk, ASPP(512), nn.Conv2d(256, 21, 1), nn.Upsample(scale_factor=8, mode="bilinear"))
+
+
+class BertTokens(nn.Module):
+    """BERT-base-like on token ids and an attention mask (int64 inputs)."""
+
+    def __init__(self, vocab=30522, layers=12):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 768)
+        self.pos = nn.Parameter(torch.randn(1, 128, 768) * 0.02)
+        self.ln = nn.LayerNorm(768)
+        self.layers = nn.ModuleList(BertLayer() for _ in range(layers))
+
+    def forward(self, ids, attn):
+        x = self.ln(self.emb(ids) + self.pos)
+        mask = (1.0 - attn[:, None, None, :].float()) * -10000.0
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+def bert_tokens():
+    return BertTokens()
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = 4 * width
+        self.f = nn.Sequential(nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                               nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                               nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.s = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                  if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return F.relu(self.f(x) + self.s(x))
+
+
+def resnet50():
+    layers, cin = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)], 64
+    for i, (n, w) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+        for j in range(n):
+            layers.append(Bottleneck(cin, w, 2 if (j == 0 and i > 0) else 1))
+            cin = 4 * w
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000))
+
+
+# ---- Swin-T-lite: window attention with shifted windows (roll), patch merging
+class WindowAttention(nn.Module):
+    def __init__(self, dim, heads, ws, shift):
+        super().__init__()
+        self.h, self.ws, self.shift = heads, ws, shift
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):  # x: (N, H, W, C)
+        n, hh, ww, c = x.shape
+        y = self.norm1(x)
+        if self.shift:
+            y = torch.roll(y, (-self.shift, -self.shift), (1, 2))
+        ws = self.ws
+        y = y.view(n, hh // ws, ws, ww // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, ws * ws, c)
+        qkv = self.qkv(y).reshape(y.shape[0], ws * ws, 3, self.h, c // self.h).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        a = (q * (c // self.h) ** -0.5) @ k.transpose(-2, -1)
+        y = (a.softmax(-1) @ v).transpose(1, 2).reshape(-1, ws * ws, c)
+        y = self.proj(y).view(n, hh // ws, ww // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(n, hh, ww, c)
+        if self.shift:
+            y = torch.roll(y, (self.shift, self.shift), (1, 2))
+        x = x + y
+        return x + self.mlp(self.norm2(x))
+
+
+class Merge(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm, self.red = nn.LayerNorm(4 * c), nn.Linear(4 * c, 2 * c, bias=False)
+
+    def forward(self, x):
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], -1)
+        return self.red(self.norm(x))
+
+
+class SwinLite(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Conv2d(3, 96, 4, 4)
+        blocks, c = [], 96
+        for i, (d, h) in enumerate(zip((2, 2, 6, 2), (3, 6, 12, 24))):
+            if i:
+                blocks.append(Merge(c))
+                c *= 2
+            blocks += [WindowAttention(c, h, 7, 0 if j % 2 == 0 else 3) for j in range(d)]
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Linear(c, 1000)
+
+    def forward(self, x):
+        x = self.embed(x).permute(0, 2, 3, 1)
+        return self.head(self.blocks(x).mean((1, 2)))
+
+
+def swin_lite():
+    return SwinLite()
