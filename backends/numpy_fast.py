@@ -1687,13 +1687,22 @@ class Conv2dPlan:
                     block(i, b * rows, True)
         return y
 
-    def _tap_rects(self, h: int, w: int, ho: int, wo: int) -> list[tuple[int, int, int, int, int, int]] | None:
-        """For a stride-1 convolution with one group: per tap ``(t, r0, r1, c0, c1, ...)`` the
-        output rectangle whose input lies inside the map (``(t, r0, r1, c0, c1, di, dj)``, input
-        = output + ``(di, dj)``), when all taps together cover at most TAPS_MAX_FRACTION of
-        ``kh*kw*ho*wo`` (dilated convolutions on small maps: DeepLab's rates); else None."""
+    def _tap_rects(self, h: int, w: int, ho: int, wo: int) -> list[tuple[int, ...]] | None:
+        """For a stride-1 convolution with one group: per tap ``(t, r0, r1, c0, c1, di, dj)``,
+        the output rectangle whose input (output + ``(di, dj)``) lies inside the map, when all
+        taps together cover at most TAPS_MAX_FRACTION of ``kh*kw*ho*wo`` (dilated convolutions
+        on small maps: DeepLab's rates); else None. Kept per input size."""
         if self.stride != (1, 1) or self.groups != 1 or self.kh * self.kw == 1:
             return None
+        cache = self.__dict__.setdefault("_rects", {})
+        key = (h, w, TAPS_MAX_FRACTION)
+        if key not in cache:
+            if len(cache) >= 16:
+                cache.clear()
+            cache[key] = self._find_tap_rects(h, w, ho, wo)
+        return cache[key]
+
+    def _find_tap_rects(self, h: int, w: int, ho: int, wo: int) -> list[tuple[int, ...]] | None:
         (pt, _), (pl, _) = self.pads
         dh, dw = self.dilation
         rects, used = [], 0
