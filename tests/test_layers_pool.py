@@ -171,6 +171,25 @@ def test_numpy_fast_max_pool_matches_generic(case):
     assert_close(get_backend("numpy").fast.max_pool2d(x, *args), expected, what="fast")
 
 
+@pytest.mark.usefixtures("fast_mode")
+@pytest.mark.parametrize("case", AVGPOOL, ids=[f"c{i}" for i in range(len(AVGPOOL))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_avg_pool_matches_generic(case, dtype):
+    """The numpy fast average (separable sums over the taps inside the input, divided per block)
+    against torch and the generic kernel: ceil mode, count_include_pad both ways, divisor
+    override, rectangular kernels; integer input is left to the generic path."""
+    n, c, h, w, k, s, p, ceil, cip, div = case
+    s = k if s is None else s
+    x = rnd(n, c, h, w).astype(dtype)
+    expected = F.avg_pool2d(t(x), k, s, p, ceil, cip, div).numpy()
+    args = (_pair(k), _pair(s), _pair(p), ceil, cip, div)
+    fast = get_backend("numpy").fast.avg_pool2d(x, *args)
+    assert fast.dtype == dtype
+    assert_close(fast, expected, what="fast")
+    assert_close(fast, fn.avg_pool2d(x, *args, xp=xnp), what="fast against generic")
+    assert get_backend("numpy").fast.avg_pool2d(np.ones((1, 1, 4, 4), np.int64), *args) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # pnnx export of a module with every pooling form
 

@@ -113,10 +113,11 @@ class AvgPool(_PoolBase):
 
     def forward(self, x: Any) -> Any:
         x4, unbatched = self._as4d(x)
-        f = self._fast if self._fast is not None else fn.avg_pool2d
-        kw = {} if self._fast is not None else {"xp": self.xp}
-        y = f(x4, self.kernel, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
-              self.divisor_override, **kw)
+        args = (x4, self.kernel, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
+                self.divisor_override)
+        y = self._fast(*args) if self._fast is not None else None  # (None: not a float array)
+        if y is None:
+            y = fn.avg_pool2d(*args, xp=self.xp)
         return self._from4d(y, unbatched)
 
 
