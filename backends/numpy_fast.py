@@ -2305,8 +2305,8 @@ def avg_pool2d(x: np.ndarray, kernel, stride, padding, ceil_mode, count_include_
     h, w = x.shape[2:]
     ho = _pool_out(h, kernel[0], stride[0], padding[0], 1, ceil_mode)
     wo = _pool_out(w, kernel[1], stride[1], padding[1], 1, ceil_mode)
-    if divisor_override:
-        div: Any = x.dtype.type(divisor_override)
+    if divisor_override or ho <= 0 or wo <= 0:  # (an empty output: _window_reduce says so)
+        div: Any = x.dtype.type(divisor_override or 1)
     else:
         per_axis = []
         for n, o, k, st, p in zip((h, w), (ho, wo), kernel, stride, padding):

@@ -188,6 +188,8 @@ def test_numpy_fast_avg_pool_matches_generic(case, dtype):
     assert_close(fast, expected, what="fast")
     assert_close(fast, fn.avg_pool2d(x, *args, xp=xnp), what="fast against generic")
     assert get_backend("numpy").fast.avg_pool2d(np.ones((1, 1, 4, 4), np.int64), *args) is None
+    with pytest.raises(ShapeError, match="empty"):
+        get_backend("numpy").fast.avg_pool2d(x[..., :1, :1], (4, 4), (1, 1), (0, 0), False, True, None)
 
 
 # ---------------------------------------------------------------------------------------------
