@@ -182,6 +182,14 @@ def _scalar_param(op: Any, key: str) -> Any:
     return v
 
 
+def _scalar_input(xp: Any, v: Any) -> Any:
+    """A fill value arriving as an input: a Python number as it is, a 0-d array as a float or
+    an int by its dtype."""
+    if isinstance(v, (bool, int, float)):
+        return v
+    return to_float(v) if is_float(xp, v.dtype) else to_int(v)
+
+
 def norm_axis(op: Any, axis: int, ndim: int, what: str = "dim") -> int:
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{op.where}: {what}={axis} is out of range for a {ndim}-D input")
@@ -397,11 +405,7 @@ class Full(Layer):
         size = self.size if self.size is not None else to_int_list(inputs[self.slots["size"]])
         fill = self.fill
         if fill is None:
-            v = inputs[self.slots["fill_value"]]
-            if isinstance(v, (bool, int, float)):
-                fill = v
-            else:
-                fill = to_float(v) if is_float(self.xp, v.dtype) else to_int(v)
+            fill = _scalar_input(self.xp, inputs[self.slots["fill_value"]])
         return self.xp.full(size, fill, dtype=self.dtype, device=self.device)
 
 
@@ -466,8 +470,7 @@ class Fill(Layer):
         xp, x = self.xp, inputs[self.input_pos]
         v = self.value
         if self.slot is not None:
-            a = inputs[self.slot]
-            v = a if isinstance(a, (bool, int, float)) else (to_float(a) if is_float(xp, a.dtype) else to_int(a))
+            v = _scalar_input(xp, inputs[self.slot])
         if x.dtype == xp.bool:
             v = bool(v)
         elif not is_float(xp, x.dtype):

@@ -420,10 +420,10 @@ class Graph:
                     if mask_at >= len(mins):
                         continue
                     operands.append(mins[mask_at])
-                steps.append((mid.layer, [None if o is scores else (3 if k == mask_at else -1)
-                                          for k, o in enumerate(mins)]))
-                if -1 in steps[-1][1]:  # (an input neither the scores nor the mask)
+                sources = [None if o is scores else (3 if k == mask_at else -1) for k, o in enumerate(mins)]
+                if -1 in sources:  # (an input neither the scores nor the mask)
                     continue
+                steps.append((mid.layer, sources))
             steps.append((sm.layer, [None]))
             steps.append((r2.layer, [None if k == p2["input"] else 2 for k in range(2)]))
             chain = (r1, mid, sm, r2) if mid is not None else (r1, sm, r2)
