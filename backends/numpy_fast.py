@@ -9,7 +9,8 @@ Convolution (``conv2d_plan``) picks, once at build, one of:
 * ``depthwise``: one input channel per group accumulates the ``kh*kw`` shifted slices times
   per-channel weights, each tap one contiguous slice of a flattened (polyphase for strides)
   padded input; no GEMM. Maps of at most ``DEPTHWISE_NHWC_MAX_PIXELS`` output pixels run
-  channels-last instead (long contiguous inner loops over channels). A fused activation is
+  channels-last instead (long contiguous inner loops over channels); big kernels (5x5, 7x7) at
+  stride 1 on larger maps run as banded GEMMs, one per kernel row. A fused activation is
   applied inside the cache-sized blocks.
 * ``winograd``: F(4x4, 3x3) or F(2x2, 3x3) (by output size) for 3x3 stride-1 ungrouped float32
   convolutions with enough channels, where it measured faster than the GEMM (see
@@ -114,6 +115,21 @@ DEPTHWISE_BLOCK_BYTES = 4 << 20
 #: (measured for MobileNetV2 at batch 8: 7x7x960 1.8 ms against 3.9 planar, 14x14x576 5.1 / 6.6,
 #: 28x28x192 even, 56x56x144 35 / 14)
 DEPTHWISE_NHWC_MAX_PIXELS = 256
+#: stride-1 undilated depthwise convolutions with at least this many taps run as banded GEMMs
+#: (``Conv2dPlan._run_depthwise_band``): 2 threads of an AMD EPYC, batch 1, against the tap passes
+#: (torch 2.13 in brackets): 7x7 over 96x56x56 1.6 against 3.0-3.5 ms (0.5), 192x28x28 0.7 against
+#: 2.2 (0.5), 384x14x14 0.5 against 1.4 (0.4); 5x5 over 96x56x56 0.65 against 1.2; 3x3 even
+DEPTHWISE_BAND_MIN_TAPS = 25
+#: most output columns per band of a banded depthwise convolution (the band matrix is
+#: (width + kw - 1) x width per kernel row: wider bands waste more multiply-adds on its zeros,
+#: narrower ones make smaller GEMMs)
+DEPTHWISE_BAND_WIDTH = 16
+#: banded depthwise convolutions work on blocks of channels of one image with about this many
+#: bytes of workspace
+DEPTHWISE_BAND_BLOCK_BYTES = 1 << 20
+#: a banded depthwise convolution keeps its band matrices (``kh*(bw + kw - 1)*bw`` values per
+#: channel) when they take at most this many bytes, else copies them per block of channels
+DEPTHWISE_BAND_CACHE_BYTES = 4 << 20
 #: planar depthwise convolutions are split over the threads from this many tap-elements (output
 #: elements times taps)
 DEPTHWISE_SPLIT_MIN = 1 << 20
@@ -1376,6 +1392,7 @@ class Conv2dPlan:
                 self.kh * self.kw, self.o, 1)
             self.wnumba = self.bnumba = None  # (O, kh, kw) weights and a bias for numba_kernels
             self._wtiles: dict[int, np.ndarray] = {}  # channels-last weights per output width
+            self._bands: dict[int, tuple] = {}  # per band width: see _band_source
         elif algo == "shift":
             if self.stride != (1, 1) or self.groups != 1:
                 raise ValueError("the shift algorithm needs stride 1 and groups 1")
@@ -1887,6 +1904,8 @@ class Conv2dPlan:
         n, c = x.shape[:2]
         if _numba is not None and self.dtype in (np.float32, np.float64):
             return self._run_depthwise_numba(x, ho, wo, activation)
+        if self._banded(ho, wo):
+            return self._run_depthwise_band(x, ho, wo, activation)
         if self.mult == 1 and ho * wo <= DEPTHWISE_NHWC_MAX_PIXELS:
             return self._run_depthwise_nhwc(x, ho, wo, activation)
         if self.mult != 1:
@@ -1920,6 +1939,102 @@ class Conv2dPlan:
         # 2: 361 us on one thread, 505 on two; 32 channels at 112x112: 1401 against 678)
         _parallel(part, o, y.size * len(taps) if y.size * len(taps) >= DEPTHWISE_SPLIT_MIN else 0)
         return y
+
+    def _banded(self, ho: int, wo: int) -> bool:
+        """Whether a call with an ``ho x wo`` output runs :meth:`_run_depthwise_band` (not on
+        maps small enough for the channels-last taps, where one band is a few rows of a few
+        pixels: 7x7 kernel over 384x14x14 1.24 against 1.48 ms, over 768x7x7 0.92 against 0.51)."""
+        return (self.mult == 1 and self.kh * self.kw >= DEPTHWISE_BAND_MIN_TAPS
+                and ho * wo > DEPTHWISE_NHWC_MAX_PIXELS
+                and self.stride == (1, 1) and self.dilation == (1, 1)
+                and self.dtype in (np.float32, np.float64))
+
+    def _run_depthwise_band(self, x, ho, wo, activation=None):
+        """A stride-1 depthwise convolution as GEMMs: the output row is cut into ``nb`` bands of
+        ``bw`` columns; band ``b`` of output row ``r`` is ``sum_i X[r + i, b] @ T_i``, where
+        ``X[p, b]`` holds the ``L = bw + kw - 1`` padded input columns the band reads from padded
+        row ``p`` (one strided copy of the padded input lays them out as rows of a matrix) and
+        ``T_i`` is the channel's ``(L, bw)`` banded (Toeplitz) matrix of kernel row ``i``. Per
+        channel and kernel row that is one GEMM ``(Ho*nb, L) @ (L, bw)`` over the whole map,
+        accumulated: about ``L/kw`` (~3) times the multiply-adds of the taps, at BLAS speed
+        instead of ``2*kh*kw`` elementwise passes. Blocks of (image, channels) are split over
+        the threads; the bias and fused activation are applied per block."""
+        n, c, h, w = x.shape
+        kh, kw, o = self.kh, self.kw, self.o
+        (t, _), (l, _) = self.pads
+        nb = -(-wo // DEPTHWISE_BAND_WIDTH)
+        bw = -(-wo // nb)
+        L = bw + kw - 1
+        hp, wq = ho + kh - 1, nb * bw + kw - 1
+        hh, ww = max(0, min(h, hp - t)), max(0, min(w, wq - l))
+        dt, item = self.dtype, self.dtype.itemsize
+        y = _out((n, o, ho, wo), dt)
+        exact = nb * bw == wo
+        src, bands = self._band_source(bw)
+        bias = None if self.bias is None else self.bias.reshape(o, 1, 1)
+        per_channel = (hp * wq + hp * nb * L + kh * L * bw + (1 if exact else 2) * ho * nb * bw) * item
+        cb = max(1, min(o, DEPTHWISE_BAND_BLOCK_BYTES // per_channel))
+        nblocks = -(-o // cb)
+        es0, es1, es2 = src.strides
+
+        def part(lo, hi):
+            for job in range(lo, hi):
+                i, k = divmod(job, nblocks)
+                c0 = k * cb
+                c1 = min(o, c0 + cb)
+                m = c1 - c0
+                xp = _workspace((m, hp, wq), dt, slot=23)
+                xp[:, :t] = 0
+                xp[:, t + hh:] = 0
+                xp[:, t:t + hh, :l] = 0
+                xp[:, t:t + hh, l + ww:] = 0
+                xp[:, t:t + hh, l:l + ww] = x[i, c0:c1, :hh, :ww]
+                s0, s1, s2 = xp.strides
+                xb = _workspace((m, hp, nb, L), dt, slot=24)
+                np.copyto(xb, as_strided(xp, (m, hp, nb, L), (s0, s1, bw * s2, s2), writeable=False))
+                if bands is not None:
+                    tb = bands[c0:c1]
+                else:  # T_i[v, u] = w[i, v - u] (zero outside the kernel): src[c, i, bw - 1 + v - u]
+                    tb = _workspace((m, kh, L, bw), dt, slot=25)
+                    np.copyto(tb, as_strided(src[c0:c1, :, bw - 1:], (m, kh, L, bw), (es0, es1, es2, -es2),
+                                             writeable=False))
+                xr = xb.reshape(m, hp * nb, L)
+                acc = (y[i, c0:c1].reshape(m, ho * nb, bw) if exact
+                       else _workspace((m, ho * nb, bw), dt, slot=27))
+                np.matmul(xr[:, :ho * nb], tb[:, 0], out=acc)
+                if kh > 1:
+                    tmp = _workspace((m, ho * nb, bw), dt, slot=26)
+                    for r in range(1, kh):  # (one GEMM for all rows, then strided adds: 1.6x slower)
+                        np.matmul(xr[:, r * nb: (r + ho) * nb], tb[:, r], out=tmp)
+                        acc += tmp
+                if bias is not None:
+                    acc += bias[c0:c1]
+                if activation is not None:
+                    _activate_block(acc, activation)
+                if not exact:
+                    y[i, c0:c1] = acc.reshape(m, ho, nb * bw)[:, :, :wo]
+        _parallel(part, n * nblocks, y.size * kh * kw)
+        return y
+
+    def _band_source(self, bw: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """For band width ``bw``: (O, kh, kw + 2*bw - 2), each kernel row between ``bw - 1`` zeros
+        on either side, the array the band matrices are strided views of; and the band matrices
+        themselves, (O, kh, bw + kw - 1, bw), when they take at most DEPTHWISE_BAND_CACHE_BYTES
+        (else None: each block copies its own; that strided copy cost more than the GEMMs on
+        14x14 maps, 0.13 ms per 88 channels of a 7x7 kernel)."""
+        got = self._bands.get(bw)
+        if got is None:
+            kh, kw = self.kh, self.kw
+            src = np.zeros((self.o, kh, kw + 2 * bw - 2), self.dtype)
+            src[:, :, bw - 1: bw - 1 + kw] = self.wtaps.reshape(kh, kw, self.o).transpose(2, 0, 1)
+            shape = (self.o, kh, bw + kw - 1, bw)
+            bands = None
+            if math.prod(shape) * self.dtype.itemsize <= DEPTHWISE_BAND_CACHE_BYTES:
+                s0, s1, s2 = src.strides
+                bands = np.ascontiguousarray(as_strided(src[:, :, bw - 1:], shape, (s0, s1, s2, -s2),
+                                                        writeable=False))
+            got = self._bands[bw] = (src, bands)  # a concurrent first call at worst makes it twice
+        return got
 
     def _run_depthwise_numba(self, x, ho, wo, activation=None):
         """The compiled kernel (``numba_kernels.depthwise_channels``) per image, channels split

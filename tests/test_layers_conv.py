@@ -633,12 +633,13 @@ def numba_on():
     nf.use_numba(old)
 
 
-@pytest.mark.parametrize("layout", ["planar", "nhwc", "numba"])
+@pytest.mark.parametrize("layout", ["planar", "nhwc", "band", "numba"])
 @pytest.mark.parametrize("case", DEPTHWISE, ids=[f"dw-{i}" for i in range(len(DEPTHWISE))])
 def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
-    """Both depthwise layouts (channels-last is picked for small maps), and the optional numba
-    kernel, against torch."""
+    """Every depthwise layout (channels-last is picked for small maps, the banded GEMMs for big
+    kernels at stride 1 on larger ones), and the optional numba kernel, against torch."""
     monkeypatch.setattr(nf, "DEPTHWISE_NHWC_MAX_PIXELS", 10**9 if layout == "nhwc" else 0)
+    monkeypatch.setattr(nf, "DEPTHWISE_BAND_MIN_TAPS", 1 if layout == "band" else 10**9)
     if layout == "numba":
         request.getfixturevalue("numba_on")
     n, cin, cout, h, w, k, s, pads, d, g, _ = case
@@ -652,6 +653,64 @@ def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
     assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what=f"{layout} relu6")
     assert_close(plan(x, "relu"), F.relu(expected).numpy(), rtol=RTOL, what=f"{layout} relu")
     assert_close(plan(x, "silu"), F.silu(expected).numpy(), rtol=RTOL, what=f"{layout} silu")
+
+
+BAND = [  # n, c, h, w, (kh, kw), pads: widths a multiple of the band width and not, one band
+    (1, 12, 30, 32, (7, 7), ((3, 3), (3, 3))),  # 2 bands of 16: written straight into the output
+    (3, 10, 23, 37, (7, 7), ((3, 3), (3, 3))),  # 3 bands of 13 for 37 columns
+    (2, 9, 17, 21, (5, 7), ((1, 3), (4, 2))),  # uneven kernel and padding
+    (1, 7, 24, 20, (5, 5), ((0, 0), (0, 0))),  # no padding: a 20x16 output, one band
+    (2, 5, 19, 40, (1, 25), ((0, 0), (12, 12))),  # one kernel row
+]
+
+
+@pytest.mark.parametrize("cache", [True, False])
+@pytest.mark.parametrize("case", BAND, ids=[f"band-{i}" for i in range(len(BAND))])
+def test_numpy_fast_depthwise_band(monkeypatch, case, cache):
+    """Stride-1 depthwise convolutions with big kernels as banded GEMMs, against torch: band
+    matrices kept or copied per block, blocks of a few channels (the last one short), batch,
+    bias or not, fused activations, float64; on the threads of a compute scope too."""
+    monkeypatch.setattr(nf, "DEPTHWISE_BAND_BLOCK_BYTES", 20 * 1024)
+    monkeypatch.setattr(nf, "DEPTHWISE_BAND_CACHE_BYTES", 1 << 30 if cache else 0)
+    n, c, h, w, (kh, kw), pads = case
+    x, wt, b = rnd(n, c, h, w), rnd(c, 1, kh, kw, seed=1), rnd(c, seed=2)
+    (pt, pb), (pl, pr) = pads
+    expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), 1, 0, 1, c)
+    plan = nf.conv2d_plan(wt, b, groups=c, pads=pads)
+    ho, wo = expected.shape[2:]
+    assert plan.algo == "depthwise" and plan._banded(ho, wo)
+    got = plan(x)
+    assert got.flags.c_contiguous and got.dtype == np.float32
+    assert_close(got, expected.numpy(), rtol=RTOL, what="band")
+    assert (plan._bands[next(iter(plan._bands))][1] is not None) == cache
+    old = nf.set_num_threads(2)
+    try:
+        with nf.compute_scope():
+            assert_close(plan(x, "gelu"), F.gelu(expected).numpy(), rtol=RTOL, what="band gelu")
+            assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what="relu6")
+    finally:
+        nf.set_num_threads(old)
+    nobias = nf.conv2d_plan(wt, None, groups=c, pads=pads)
+    assert_close(nobias(x, "relu"), F.relu(expected - t(b).reshape(1, -1, 1, 1)).numpy(), rtol=RTOL)
+    x64, w64 = x.astype(np.float64), wt.astype(np.float64)
+    want64 = F.conv2d(F.pad(torch.from_numpy(x64), (pl, pr, pt, pb)), torch.from_numpy(w64), None, 1, 0, 1, c)
+    got64 = nf.conv2d_plan(w64, None, groups=c, pads=pads)(x64)
+    assert got64.dtype == np.float64
+    np.testing.assert_allclose(got64, want64.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_numpy_fast_depthwise_band_only_where_it_pays():
+    """The banded GEMMs take big kernels at stride 1 on maps above the channels-last size; 3x3
+    kernels, strides, dilations and channel multipliers keep the tap passes."""
+    def banded(k, hw, **kw):
+        groups = kw.pop("groups", 8)
+        plan = nf.conv2d_plan(rnd(kw.pop("o", 8), 1, k, k), None, groups=groups, pads=((k // 2,) * 2,) * 2, **kw)
+        return plan._banded(*plan.out_size(hw, hw))
+    assert banded(7, 56) and banded(5, 28)
+    assert not banded(3, 56)  # (measured slower than the taps)
+    assert not banded(7, 14)  # 196 output pixels: channels-last taps
+    assert not banded(7, 56, stride=(2, 2)) and not banded(7, 56, dilation=(2, 2))
+    assert not banded(7, 56, o=16)  # two outputs per channel
 
 
 def test_numba_depthwise_float64_nan_and_batch(numba_on):
