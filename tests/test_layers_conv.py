@@ -753,19 +753,21 @@ def test_numpy_fast_depthwise_in_channel_blocks(monkeypatch, n, stride, layout):
 def test_numpy_fast_gemm_row_blocks_fuse_the_activation(monkeypatch, act, rows_bytes):
     """With several threads each takes whole blocks of output rows (own im2col, GEMM, activation);
     0 switches that off. Stride 2 with a 6x6 kernel (YOLOv5's stem), stride 1, batch 2, odd
-    sizes, last block shorter than the others; against torch."""
+    sizes, last block shorter than the others, grouped (ResNeXt's 3x3, strided too); against
+    torch."""
     monkeypatch.setattr(nf, "GEMM_ROWS_BYTES", rows_bytes)
     torch_act = {"silu": F.silu, "relu": F.relu, "gelu": F.gelu, "hardswish": F.hardswish}
     old = nf.set_num_threads(3)
     try:
-        for cin, cout, k, s, p, h, w in [(3, 16, 6, 2, 2, 37, 30), (5, 7, 3, 1, 1, 19, 23)]:
-            x, wt, b = rnd(2, cin, h, w), rnd(cout, cin, k, k, seed=1), rnd(cout, seed=2)
-            pre = F.conv2d(t(x), t(wt), t(b), s, p)
+        for cin, cout, k, s, p, h, w, g in [(3, 16, 6, 2, 2, 37, 30, 1), (5, 7, 3, 1, 1, 19, 23, 1),
+                                            (16, 24, 3, 1, 1, 37, 33, 4), (12, 12, 3, 2, 1, 70, 63, 3)]:
+            x, wt, b = rnd(2, cin, h, w), rnd(cout, cin // g, k, k, seed=1), rnd(cout, seed=2)
+            pre = F.conv2d(t(x), t(wt), t(b), s, p, 1, g)
             if isinstance(act, tuple):
                 ref = F.leaky_relu(pre, act[1]) if act[0] == "leaky" else torch.clamp(pre, act[1], act[2])
             else:
                 ref = torch_act[act](pre)
-            plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)))
+            plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)), groups=g)
             assert plan.algo == "gemm"
             with nf.compute_scope():
                 got = plan(x, act)
