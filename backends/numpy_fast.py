@@ -2669,18 +2669,19 @@ def set_destination(a: np.ndarray | None) -> None:
 
 
 def concat_buffer(axis: int, dtype, shapes, within: np.ndarray | None = None) -> np.ndarray | None:
-    """The output of concatenating arrays of ``shapes`` along ``axis`` (from the graph's pool,
-    or ``within``, a piece of an enclosing concatenation's buffer, when it fits), when each
-    piece of it is C-contiguous (every dim before ``axis`` is 1, as at batch 1 along channels),
-    so a layer can write a piece as its own output; None otherwise."""
+    """The output of concatenating arrays of ``shapes`` along ``axis``: ``within``, a piece of
+    an enclosing concatenation's buffer, when it fits (the pieces are then copied into their
+    final place); else from the graph's pool when each piece of it is C-contiguous (every dim
+    before ``axis`` is 1, as at batch 1 along channels), so a layer can write a piece as its
+    own output; None otherwise."""
     first = shapes[0]
-    if math.prod(first[:axis]) != 1:
-        return None
     shape = list(first)
     shape[axis] = sum(s[axis] for s in shapes)
     if (within is not None and within.shape == tuple(shape) and within.dtype == dtype
             and within.flags.c_contiguous):
         return within
+    if math.prod(first[:axis]) != 1:
+        return None
     pool = getattr(_tls, "pool", None)
     return np.empty(shape, dtype) if pool is None else pool.empty(shape, dtype)
 

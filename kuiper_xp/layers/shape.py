@@ -30,6 +30,11 @@ _CACHE_MAX = 64
 class ShapeLayer(Layer):
     """A layer with a per-input-shape cache of derived indices/shapes."""
 
+    #: True for layers whose output is their (single) input reshaped, the same elements in the
+    #: same order (a view of a contiguous input): the runtime may then lay out the input of such
+    #: a layer inside the concatenation that its output is a piece of
+    is_reshape = False
+
     def __init__(self, ctx: BuildContext):
         super().__init__(ctx)
         self._cache: dict[Any, Any] = {}
@@ -141,6 +146,8 @@ def _resolve_shape(target: Sequence[int], numel: int, in_shape: tuple[int, ...],
 class Flatten(ShapeLayer):
     """Merge dims start_dim..end_dim into one (nn.Flatten defaults to start_dim=1)."""
 
+    is_reshape = True
+
     def __init__(self, ctx: BuildContext, start: int, end: int):
         super().__init__(ctx)
         self.start, self.end = start, end
@@ -170,6 +177,8 @@ class Flatten(ShapeLayer):
 class Unflatten(ShapeLayer):
     """Split dim ``dim`` into ``sizes`` (one of them may be -1)."""
 
+    is_reshape = True
+
     def __init__(self, ctx: BuildContext, dim: int, sizes: tuple[int, ...]):
         super().__init__(ctx)
         self.dim, self.sizes = dim, sizes
@@ -193,6 +202,8 @@ class Unflatten(ShapeLayer):
 class Reshape(ShapeLayer):
     """torch's reshape/view: ``shape`` (may hold one -1), or a second input carrying the target
     (a list of ints built by a ``pnnx.Expression`` such as ``[int(size(@0,0)),-1,...]``)."""
+
+    is_reshape = True
 
     def __init__(self, ctx: BuildContext, shape: tuple[int, ...] | None):
         super().__init__(ctx)
@@ -727,6 +738,8 @@ class Squeeze(ShapeLayer):
     """Drop size-1 dims: all of them, or those listed in ``dim`` (a listed dim whose size is not 1
     is kept, as in torch)."""
 
+    is_reshape = True
+
     def __init__(self, ctx: BuildContext, dims: tuple[int, ...] | None):
         super().__init__(ctx)
         self.dims = dims
@@ -753,6 +766,8 @@ class Squeeze(ShapeLayer):
 @register("torch.unsqueeze", "Tensor.unsqueeze")
 class Unsqueeze(ShapeLayer):
     """Insert a size-1 dim at ``dim`` (in [-ndim-1, ndim])."""
+
+    is_reshape = True
 
     def __init__(self, ctx: BuildContext, dim: int):
         super().__init__(ctx)

@@ -327,6 +327,13 @@ class Graph:
                 if (i is not None and len(steps[i].out_ids) == 1 and steps[i].piece_of is None
                         and r.in_ids.count(s) == 1):
                     steps[i].piece_of = (j, k)
+                    # a concatenation reshaped into this piece (YOLO heads: cat(xy, wh, conf, -1)
+                    # per level, reshaped to rows, then cat of the levels) is laid out inside it
+                    # too: its pieces are copied once, into their final place
+                    p = made_by.get(steps[i].in_ids[0]) if len(steps[i].in_ids) == 1 else None
+                    if (getattr(steps[i].layer, "is_reshape", False) and p is not None
+                            and steps[p].joins and steps[p].piece_of is None):
+                        steps[p].piece_of = (j, k)
 
     def _fuse_activations(self, compute: list[RuntimeOperator], outputs_of: dict[int, list[Operand]],
                           graph_outputs: list[Operand]) -> list[RuntimeOperator]:
@@ -622,6 +629,11 @@ class Graph:
                         if big is not None:
                             o_axis, _, o_shapes = plans[outer[0]]  # type: ignore[index]
                             within = fast.concat_piece(big, o_axis, o_shapes, outer[1])
+                            shape = list(shapes[0])
+                            shape[axis] = sum(s[axis] for s in shapes)
+                            if within.shape != tuple(shape):  # a piece through a reshape
+                                within = (within.reshape(shape) if within.flags.c_contiguous
+                                          and within.size == math.prod(shape) else None)
                     joined[j] = fast.concat_buffer(axis, dt, shapes, within)
                 return joined[j]
         for i, (r, checks) in enumerate(zip(self._steps, self._check_shapes)):
@@ -638,7 +650,10 @@ class Graph:
                     if buf is not None:
                         axis, _, shapes = plans[j]
                         dest = fast.concat_piece(buf, axis, shapes, k)
-                        fast.set_destination(dest)
+                        if dest.flags.c_contiguous and dest.shape == tuple(shapes[k]):
+                            fast.set_destination(dest)
+                        else:  # (a piece in the middle of the rows: no layer writes that)
+                            dest = None
             try:
                 if into is not None:
                     out = r.layer.forward_into(into, plans[i][0], *args)  # type: ignore[union-attr,index]
