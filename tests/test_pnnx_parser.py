@@ -313,3 +313,25 @@ def test_bin_reader_lists_members():
     assert len(r.members) == 10 and "classifier.3.weight" in r.members
     r.close()
     r.close()  # twice is fine
+
+
+NCNN_PARAM = """7767517
+4 4
+Input                    in0                      0 1 in0
+Split                    splitncnn_0              1 2 in0 1 2
+Convolution              conv_0                   1 1 1 3 0=4 1=3 11=3 12=1 13=1 14=1 2=1 3=1 4=1 5=1 6=108
+BinaryOp                 add_0                    2 1 2 3 out0 0=0
+"""
+
+
+def test_an_ncnn_param_file_is_named_as_such(tmp_path):
+    """pnnx writes model.ncnn.param beside model.pnnx.param with the same magic line: passing it
+    gets an error that says which format it is and where the pnnx file is, not a complaint
+    about its Split blobs."""
+    with pytest.raises(ParamFormatError, match=r"ncnn \.param file \(operator type 'Input'\)") as info:
+        parse_param_text(NCNN_PARAM, "m.ncnn.param")
+    assert info.value.line == 3 and str(info.value).startswith("m.ncnn.param:3: ")
+    (tmp_path / "m.ncnn.param").write_text(NCNN_PARAM)
+    (tmp_path / "m.pnnx.param").write_text("7767517\n0 0\n")
+    with pytest.raises(ParamFormatError, match=r"here that is .*m\.pnnx\.param"):
+        parse_param(tmp_path / "m.ncnn.param")

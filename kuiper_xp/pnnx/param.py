@@ -146,6 +146,29 @@ def parse_param(path: str | os.PathLike) -> Model:
     return parse_param_text(text, str(path))
 
 
+#: operator types of ncnn's own .param format (the file pnnx writes beside model.pnnx.param);
+#: a pnnx graph's types are dotted (``nn.Conv2d``, ``pnnx.Input``, ...)
+_NCNN_TYPES = frozenset({"Input", "Convolution", "ConvolutionDepthWise", "Split", "Pooling", "InnerProduct",
+                         "MemoryData", "BinaryOp", "Eltwise", "Concat", "ReLU", "Swish", "Permute"})
+
+
+def _reject_ncnn(body: list[tuple[int, str]], path: str) -> None:
+    """An ncnn .param shares the magic line; say so instead of failing on its contents (its
+    ``Split`` blobs read as duplicate operator names)."""
+    if not body:
+        return
+    types = [(lno, line.split(None, 1)[0]) for lno, line in body[:64]]
+    if any(t.startswith("pnnx.") for _, t in types):
+        return
+    hit = next(((lno, t) for lno, t in types if t in _NCNN_TYPES), None)
+    if hit is not None:
+        sibling = str(path)[:-len(".ncnn.param")] + ".pnnx.param" if str(path).endswith(".ncnn.param") else None
+        hint = f"; here that is {sibling}" if sibling and os.path.isfile(sibling) else ""
+        raise ParamFormatError(
+            f"this is an ncnn .param file (operator type {hit[1]!r}), not a pnnx one: kuiper-xp reads "
+            f"the model.pnnx.param that pnnx writes next to it{hint}", path, hit[0])
+
+
 def _count(text: str) -> int | None:
     """A non-negative count, or None when it is not one; a count of more than 18 digits is
     returned as a huge number (it is over every limit) without converting it."""
@@ -194,6 +217,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
             f"over the limits max_operators={limits.max_operators} / max_operands={limits.max_operands}"),
             f"{path}:{lno}")
     body = numbered[2:]
+    _reject_ncnn(body, path)
     if len(body) != n_ops:
         raise err(
             f"header declares {n_ops} operators but the file has {len(body)} operator lines",
