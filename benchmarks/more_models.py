@@ -9,9 +9,13 @@ Image models (``--input-shape 3,224,224``): ``convnext_t`` (depthwise 7x7, chann
 LayerNorm, GELU MLPs), ``densenet121`` (pre-activation BN-ReLU-conv, concatenations),
 ``resnext50`` (grouped 3x3), ``resnet50``, ``inception_c`` (1x7 / 7x1 convolutions at 112x112),
 ``vgg16``, ``deeplab_aspp`` (dilated convolutions, rates 6/12/18), ``swin_lite`` (shifted window
-attention written as operators, patch merging). Sequence models: ``bert_base`` (12 layers on
-embeddings, ``--input-shape 128,768``; a padding mask built in forward) and ``bert_tokens`` (token
-ids and an attention mask, ``--input-shape "128:int64:30522;128:int64:2"``)."""
+attention written as operators, patch merging), ``regnet_y`` (grouped 3x3 of group width 8,
+squeeze-and-excite), ``mixer`` (MLP-Mixer: Linear over transposed tokens), ``detr_lite``
+(nn.TransformerEncoderLayer and nn.TransformerDecoderLayer over learned queries, two outputs).
+Sequence models: ``bert_base`` (12 layers on embeddings, ``--input-shape 128,768``; a padding mask
+built in forward), ``bert_tokens`` (token ids and an attention mask, ``--input-shape
+"128:int64:30522;128:int64:2"``) and ``gpt`` (a causal decoder on embeddings, ``--input-shape
+128,384``: the mask from torch.tril and masked_fill)."""
 import math
 
 import torch
@@ -297,3 +301,121 @@ class SwinLite(nn.Module):
 
 def swin_lite():
     return SwinLite()
+
+
+# ---- RegNetY-style (grouped 3x3 of group width 8, squeeze-and-excite) ---------------------------
+class SE(nn.Module):
+    def __init__(self, c, r=4):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(c, c // r, 1), nn.Conv2d(c // r, c, 1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+
+
+class YBlock(nn.Module):
+    def __init__(self, cin, cout, stride, group_width=8):
+        super().__init__()
+        self.a = nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv2d(cout, cout, 3, stride, 1, groups=cout // group_width, bias=False),
+                               nn.BatchNorm2d(cout), nn.ReLU())
+        self.se = SE(cout)
+        self.c = nn.Sequential(nn.Conv2d(cout, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.proj = None if (cin == cout and stride == 1) else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.c(self.se(self.b(self.a(x))))
+        return F.relu(y + (x if self.proj is None else self.proj(x)))
+
+
+def regnet_y():
+    layers, cin = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()], 32
+    for cout, depth in ((48, 1), (104, 3), (208, 6), (440, 2)):
+        for i in range(depth):
+            layers.append(YBlock(cin, cout, 2 if i == 0 else 1))
+            cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000))
+
+
+# ---- MLP-Mixer-style (token mixing: a Linear over the transposed tokens) ------------------------
+class MixerBlock(nn.Module):
+    def __init__(self, tokens, dim):
+        super().__init__()
+        self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.tok = nn.Sequential(nn.Linear(tokens, tokens * 2), nn.GELU(), nn.Linear(tokens * 2, tokens))
+        self.ch = nn.Sequential(nn.Linear(dim, dim * 4), nn.GELU(), nn.Linear(dim * 4, dim))
+
+    def forward(self, x):
+        x = x + self.tok(self.n1(x).transpose(1, 2)).transpose(1, 2)
+        return x + self.ch(self.n2(x))
+
+
+class Mixer(nn.Module):
+    def __init__(self, dim=256, depth=8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dim, 16, 16)
+        self.blocks = nn.Sequential(*[MixerBlock(196, dim) for _ in range(depth)])
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, 1000)
+
+    def forward(self, x):
+        x = self.norm(self.blocks(self.stem(x).flatten(2).transpose(1, 2)))
+        return self.head(x.mean(1))
+
+
+def mixer():
+    return Mixer()
+
+
+# ---- GPT-style decoder (causal mask from torch.tril + masked_fill(-inf), tanh GELU) -------------
+class GPTBlock(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (a.view(b, t, self.h, d // self.h).transpose(1, 2) for a in self.qkv(self.ln1(x)).split(d, 2))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.h))
+        att = att.masked_fill(torch.tril(torch.ones(t, t)).view(1, 1, t, t) == 0, float("-inf"))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, d=384, heads=6, depth=6):
+        super().__init__()
+        self.blocks = nn.Sequential(*[GPTBlock(d, heads) for _ in range(depth)])
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.ln(self.blocks(x))
+
+
+def gpt():
+    """On embeddings: ``--input-shape 128,384``."""
+    return GPT()
+
+
+# ---- DETR-style head (nn.TransformerEncoderLayer + nn.TransformerDecoderLayer, learned queries) --
+class DetrLite(nn.Module):
+    def __init__(self, d=256, queries=100):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, d, 16, 16), nn.ReLU())
+        self.enc = nn.TransformerEncoderLayer(d, 8, 1024, dropout=0.0, batch_first=True)
+        self.dec = nn.TransformerDecoderLayer(d, 8, 1024, dropout=0.0, batch_first=True)
+        self.query = nn.Parameter(torch.randn(1, queries, d))
+        self.cls, self.box = nn.Linear(d, 92), nn.Linear(d, 4)
+
+    def forward(self, x):
+        memory = self.enc(self.backbone(x).flatten(2).transpose(1, 2))
+        q = self.dec(self.query.expand(x.shape[0], -1, -1), memory)
+        return self.cls(q), self.box(q).sigmoid()
+
+
+def detr_lite():
+    return DetrLite()

@@ -136,3 +136,14 @@ def use_compiled(nf, monkeypatch):
     pytest.importorskip("numba")
     monkeypatch.setattr(nf, "_numba", None)
     nf.use_numba(True)
+
+
+def more_models():
+    """``benchmarks/more_models.py`` imported as a module (the benchmark architectures)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "more_models.py"
+    spec = importlib.util.spec_from_file_location("kxp_more_models", path)
+    more = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(more)
+    return more

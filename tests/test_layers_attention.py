@@ -503,3 +503,21 @@ def test_explicit_attention_fused_step_falls_back_and_names_its_ops(explicit_att
     mask = [np.zeros((2, 1, 1, 41), np.float32)] if layer.has_mask else []
     with pytest.raises(ValueError, match="size 7 is different from 8"):  # (the runtime adds the op)
         layer.forward(q, np.zeros((2, 3, 7, 41), np.float32), q, *mask)
+
+
+@pytest.mark.parametrize("name", ["gpt", "detr_lite"])
+def test_benchmark_transformers_match_torch(model_backend, tmp_path, name):
+    """benchmarks/more_models.py's GPT-style decoder (causal mask from torch.tril and
+    masked_fill(-inf), tanh GELU) and DETR-style head (nn.TransformerEncoderLayer and
+    nn.TransformerDecoderLayer over learned queries, two outputs), small, exported by pnnx and
+    run against torch at batch 2."""
+    from helpers import more_models
+
+    more = more_models()
+    torch.manual_seed(0)
+    if name == "gpt":
+        model, x = more.GPT(d=64, heads=4, depth=2).eval(), torch.randn(2, 24, 64)
+    else:
+        model, x = more.DetrLite(d=64, queries=10).eval(), torch.randn(2, 3, 64, 64)
+    param = export_module(model, (x,), tmp_path)
+    compare_graph(param, model_backend, model, (x,), rtol=1e-4)

@@ -1049,14 +1049,10 @@ def test_deeplab_aspp_from_the_benchmark_models_matches_torch(model_backend, tmp
     """benchmarks/more_models.py's DeepLab-style ASPP exported by pnnx (dilated 3x3 convolutions
     at rates 6, 12 and 18 on an 8x8 map: on numpy the per-tap path, most taps reading padding;
     a global pool upsampled back, concatenation, bilinear upsampling) against torch, batch 2."""
-    import importlib.util
-
+    from helpers import more_models
     from test_layers_misc import compare_graph, export_module
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "more_models.py"
-    spec = importlib.util.spec_from_file_location("kxp_more_models", path)
-    more = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(more)
+    more = more_models()
     torch.manual_seed(0)
     model = more.deeplab_aspp().eval()
     x = torch.randn(2, 3, 64, 64)
