@@ -1963,7 +1963,7 @@ class Conv2dPlan:
         accumulated: about ``L/kw`` (~3) times the multiply-adds of the taps, at BLAS speed
         instead of ``2*kh*kw`` elementwise passes. Blocks of (image, channels) are split over
         the threads; the bias and fused activation are applied per block."""
-        n, c, h, w = x.shape
+        n, _, h, w = x.shape
         kh, kw, o = self.kh, self.kw, self.o
         (t, _), (l, _) = self.pads
         nb = -(-wo // DEPTHWISE_BAND_WIDTH)
@@ -2670,16 +2670,17 @@ def set_destination(a: np.ndarray | None) -> None:
 
 def concat_buffer(axis: int, dtype, shapes, within: np.ndarray | None = None) -> np.ndarray | None:
     """The output of concatenating arrays of ``shapes`` along ``axis``: ``within``, a piece of
-    an enclosing concatenation's buffer, when it fits (the pieces are then copied into their
-    final place); else from the graph's pool when each piece of it is C-contiguous (every dim
-    before ``axis`` is 1, as at batch 1 along channels), so a layer can write a piece as its
-    own output; None otherwise."""
+    an enclosing concatenation's buffer, when it holds as many elements (reshaped: the
+    concatenation may reach that piece through a reshape), is contiguous and of the dtype
+    (the pieces are then copied into their final place); else from the graph's pool when each
+    piece of it is C-contiguous (every dim before ``axis`` is 1, as at batch 1 along channels),
+    so a layer can write a piece as its own output; None otherwise."""
     first = shapes[0]
     shape = list(first)
     shape[axis] = sum(s[axis] for s in shapes)
-    if (within is not None and within.shape == tuple(shape) and within.dtype == dtype
+    if (within is not None and within.size == math.prod(shape) and within.dtype == dtype
             and within.flags.c_contiguous):
-        return within
+        return within.reshape(shape)
     if math.prod(first[:axis]) != 1:
         return None
     pool = getattr(_tls, "pool", None)

@@ -628,12 +628,8 @@ class Graph:
                         big = layout(outer[0])
                         if big is not None:
                             o_axis, _, o_shapes = plans[outer[0]]  # type: ignore[index]
+                            # (reshaped there when this one reaches it through a reshape)
                             within = fast.concat_piece(big, o_axis, o_shapes, outer[1])
-                            shape = list(shapes[0])
-                            shape[axis] = sum(s[axis] for s in shapes)
-                            if within.shape != tuple(shape):  # a piece through a reshape
-                                within = (within.reshape(shape) if within.flags.c_contiguous
-                                          and within.size == math.prod(shape) else None)
                     joined[j] = fast.concat_buffer(axis, dt, shapes, within)
                 return joined[j]
         for i, (r, checks) in enumerate(zip(self._steps, self._check_shapes)):
@@ -650,9 +646,9 @@ class Graph:
                     if buf is not None:
                         axis, _, shapes = plans[j]
                         dest = fast.concat_piece(buf, axis, shapes, k)
-                        if dest.flags.c_contiguous and dest.shape == tuple(shapes[k]):
+                        if dest.flags.c_contiguous:
                             fast.set_destination(dest)
-                        else:  # (a piece in the middle of the rows: no layer writes that)
+                        else:  # (along an inner axis: layers make contiguous outputs, copied in)
                             dest = None
             try:
                 if into is not None:
