@@ -116,9 +116,11 @@ DEPTHWISE_BLOCK_BYTES = 4 << 20
 #: 28x28x192 even, 56x56x144 35 / 14)
 DEPTHWISE_NHWC_MAX_PIXELS = 256
 #: stride-1 undilated depthwise convolutions with at least this many taps run as banded GEMMs
-#: (``Conv2dPlan._run_depthwise_band``): 2 threads of an AMD EPYC, batch 1, against the tap passes
-#: (torch 2.13 in brackets): 7x7 over 96x56x56 1.6 against 3.0-3.5 ms (0.5), 192x28x28 0.7 against
-#: 2.2 (0.5), 384x14x14 0.5 against 1.4 (0.4); 5x5 over 96x56x56 0.65 against 1.2; 3x3 even
+#: on maps of more than DEPTHWISE_NHWC_MAX_PIXELS output pixels (``Conv2dPlan._run_depthwise_band``):
+#: 2 threads of an AMD EPYC, batch 1, against the tap passes (torch 2.13 in brackets): 7x7 over
+#: 96x56x56 1.4 against 2.8-3.2 ms (0.5-0.65), 192x28x28 0.9 against 2.2 (0.5), 32x112x112 1.7
+#: against 3.1 (0.7); 5x5 over 96x56x56 1.2 against 1.5, 192x28x28 0.74 against 1.16; 3x3 kernels
+#: slower (32x112x112 0.9-1.0 against 0.7-0.75)
 DEPTHWISE_BAND_MIN_TAPS = 25
 #: most output columns per band of a banded depthwise convolution (the band matrix is
 #: (width + kw - 1) x width per kernel row: wider bands waste more multiply-adds on its zeros,
