@@ -1075,6 +1075,10 @@ def _run_kernel(kernel, n_tmp: int, work: int, src: np.ndarray, dst: np.ndarray)
 def _fresh_like(x: np.ndarray, fill) -> np.ndarray:
     """A fresh pooled array laid out like ``x`` (a permuted view gives a permuted result, as
     torch's elementwise ops do), written by ``fill(src_flat, dst_flat)`` in memory order."""
+    if x.flags.c_contiguous:  # (most calls: no axes to sort; ~4 us of a tiny map's ~10)
+        out = _out(x.shape, x.dtype)
+        fill(x.reshape(-1), out.reshape(-1))
+        return out
     perm, inv = _memory_order(x)
     xt = x.transpose(perm)
     if not xt.flags.c_contiguous:

@@ -149,3 +149,28 @@ def test_intermediates_are_released_after_last_use(chain_param):
     (y,) = g(np.ones((1, 3, 8, 8), np.float32))
     gc.collect()
     assert refs[0]() is None  # the first ReLU's output was dropped once the Sigmoid consumed it
+
+
+def test_outputs_are_checked_against_the_annotations_on_every_shape(tmp_path):
+    """Each step's output is checked against its ``#`` annotation; a shape that passed once is
+    not re-checked, but a new one is (a later batch against a fixed annotated dim), and a dtype
+    that differs from the annotation is refused on the first call."""
+    from kuiper_xp.errors import ShapeError
+
+    text = ("7767517\n3 2\n"
+            "pnnx.Input in0 0 1 0 #0=(?,3)f32\n"
+            "nn.ReLU relu 1 1 0 1 #1=(2,3)f32\n"
+            "pnnx.Output out 1 0 1\n")
+    p = tmp_path / "m.pnnx.param"
+    p.write_text(text)
+    g = kuiper_xp.load(p, backend="numpy")
+    x2 = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(g(x2)[0], np.maximum(x2, 0))
+    with pytest.raises(ShapeError, match=r"nn.ReLU 'relu'.*output '1' has shape \(4, 3\), the model declares \(2,3\)"):
+        g(np.ones((4, 3), np.float32))
+    np.testing.assert_array_equal(g(x2)[0], np.maximum(x2, 0))
+    p.write_text(text.replace("#1=(2,3)f32", "#1=(2,3)f16"))
+    g = kuiper_xp.load(p, backend="numpy")
+    with pytest.raises(ShapeError, match="has dtype float32, the model declares float16"):
+        g(x2)

@@ -153,7 +153,7 @@ class Graph:
         self._output_ids: list[int] = []
         self._input_operands: list[Operand] = []
         self._steps: list[RuntimeOperator] = []
-        self._check_shapes: list[list[tuple[Operand, int]]] = []
+        self._check_shapes: list[list[list[Any]]] = []  # per step: [operand, output index, passed]
         self._dynamic = False
         #: graph input shapes/dtypes -> {concat step: (axis, dtype, piece shapes)} seen there
         self._pieces: dict[tuple, dict[int, tuple]] = {}
@@ -296,7 +296,7 @@ class Graph:
         self._steps = steps
         self._plan_pieces(steps)
         self._check_shapes = [
-            [(o, k) for k, o in enumerate(outputs_of[id(r)]) if o.shape is not None or o.dtype is not None]
+            [[o, k, None] for k, o in enumerate(outputs_of[id(r)]) if o.shape is not None or o.dtype is not None]
             for r in steps
         ]
 
@@ -682,8 +682,11 @@ class Graph:
                                             f"{len(r.out_ids)} outputs")
                 for s, v in zip(r.out_ids, out):
                     env[s] = v
-            for operand, k in checks:
-                _check_output(r, operand, env[r.out_ids[k]])
+            for c in checks:  # [operand, output index, last (shape, dtype) that passed]
+                v = env[r.out_ids[c[1]]]
+                if c[2] is None or c[2][0] != getattr(v, "shape", None) or c[2][1] != getattr(v, "dtype", None):
+                    _check_output(r, c[0], v)
+                    c[2] = (v.shape, v.dtype)
             args = out = None
             for s in r.release:
                 v, env[s] = env[s], None
