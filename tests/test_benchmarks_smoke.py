@@ -149,3 +149,12 @@ def test_input_shapes_with_dtypes():
                         ("128:int64:9:9", "DIMS")):
         with pytest.raises(KeyError, match=needle):
             parse_inputs(bad)
+
+
+def test_overhead_benchmark_runs():
+    """benchmarks/bench_overhead.py on a short chain: its output matches torch (it asserts
+    that itself) and it prints both lines."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_overhead.py"), "--steps", "12",
+                           "--repeat", "5"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "us per step" in proc.stdout and "us per op" in proc.stdout, proc.stdout
