@@ -8,7 +8,8 @@ runner seeds torch before building them): each factory returns an ``nn.Module``.
 Image models (``--input-shape 3,224,224``): ``convnext_t`` (depthwise 7x7, channels-last
 LayerNorm, GELU MLPs), ``densenet121`` (pre-activation BN-ReLU-conv, concatenations),
 ``resnext50`` (grouped 3x3), ``resnet50``, ``inception_c`` (1x7 / 7x1 convolutions at 112x112),
-``vgg16``, ``deeplab_aspp`` (dilated convolutions, rates 6/12/18), ``swin_lite`` (shifted window
+``vgg16``, ``deeplab_aspp`` (dilated convolutions, rates 6/12/18), ``deeplabv3_r50`` (torchvision's
+DeepLabV3-ResNet50 layout: a ResNet-50 at output stride 8, dilations 2 and 4, ASPP 12/24/36), ``swin_lite`` (shifted window
 attention written as operators, patch merging), ``regnet_y`` (grouped 3x3 of group width 8,
 squeeze-and-excite), ``mixer`` (MLP-Mixer: Linear over transposed tokens), ``detr_lite``
 (nn.TransformerEncoderLayer and nn.TransformerDecoderLayer over learned queries, two outputs).
@@ -222,11 +223,12 @@ def bert_tokens():
 
 
 class Bottleneck(nn.Module):
-    def __init__(self, cin, width, stride):
+    def __init__(self, cin, width, stride, dilation=1):
         super().__init__()
         cout = 4 * width
         self.f = nn.Sequential(nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
-                               nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                               nn.Conv2d(width, width, 3, stride, dilation, dilation, bias=False),
+                               nn.BatchNorm2d(width), nn.ReLU(),
                                nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
         self.s = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
                   if stride != 1 or cin != cout else nn.Identity())
@@ -242,6 +244,44 @@ def resnet50():
             layers.append(Bottleneck(cin, w, 2 if (j == 0 and i > 0) else 1))
             cin = 4 * w
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000))
+
+
+# ---- DeepLabV3-ResNet50 (torchvision's layout): output stride 8, layer3 dilated 2, layer4 4
+def _cbr(cin, cout, k=1, dilation=1):
+    return [nn.Conv2d(cin, cout, k, padding=dilation * (k // 2), dilation=dilation, bias=False),
+            nn.BatchNorm2d(cout), nn.ReLU()]
+
+
+class DeepLabV3(nn.Module):
+    def __init__(self, classes=21, rates=(12, 24, 36)):
+        super().__init__()
+        layers, cin, dil = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                            nn.MaxPool2d(3, 2, 1)], 64, 1
+        for i, (n, w) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512))):
+            for j in range(n):
+                # torchvision's replace_stride_with_dilation=[False, True, True]: a layer's first
+                # block keeps the previous dilation, the rest double it
+                stride = 2 if (j == 0 and i == 1) else 1
+                d = dil if j == 0 else (1, 1, 2, 4)[i]
+                layers.append(Bottleneck(cin, w, stride, d))
+                cin = 4 * w
+            dil = (1, 1, 2, 4)[i]
+        self.backbone = nn.Sequential(*layers)
+        self.branches = nn.ModuleList([nn.Sequential(*_cbr(2048, 256))] +
+                                      [nn.Sequential(*_cbr(2048, 256, 3, r)) for r in rates])
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), *_cbr(2048, 256))
+        self.project = nn.Sequential(*_cbr(5 * 256, 256), nn.Dropout(0.5))
+        self.head = nn.Sequential(*_cbr(256, 256, 3), nn.Conv2d(256, classes, 1))
+
+    def forward(self, x):
+        f = self.backbone(x)
+        p = F.interpolate(self.pool(f), size=f.shape[-2:], mode="bilinear", align_corners=False)
+        y = self.head(self.project(torch.cat([b(f) for b in self.branches] + [p], 1)))
+        return F.interpolate(y, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def deeplabv3_r50():
+    return DeepLabV3()
 
 
 # ---- Swin-T-lite: window attention with shifted windows (roll), patch merging

@@ -403,6 +403,7 @@ def fast_mode(request, monkeypatch):
     over 3 threads and the im2col in blocks of a few rows (exercising the chunk edges). Winograd
     runs even on calls too small to pay (the tests use small images)."""
     monkeypatch.setattr(nf, "WINOGRAD_MIN_PIXELS", 0)
+    monkeypatch.setattr(nf, "WINOGRAD_DILATED_MIN_SIDE", 0)
     if request.param == "split":
         monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
         monkeypatch.setattr(nf, "GEMM_BLOCK_BYTES", 4096)
@@ -443,6 +444,10 @@ FAST = [
     (2, 4, 6, 33, 32, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),
     (1, 8, 4, 32, 33, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),  # O < C: GEMM on the input, bias after
     (3, 32, 32, 33, 32, 3, 1, ((1, 1), (1, 1)), 1, 1, "winograd4"),
+    # dilated "same": polyphase sub-images (sides multiples of the dilation, and not)
+    (1, 48, 40, 16, 18, 3, 1, ((2, 2), (2, 2)), 2, 1, "winograd2"),
+    (2, 40, 48, 15, 17, 3, 1, ((3, 3), (3, 3)), 3, 1, "winograd4"),
+    (1, 32, 32, 9, 10, 3, 1, ((4, 4), (4, 4)), 4, 1, "winograd2"),  # sub-images of 2-3 pixels
     (2, 5, 7, 6, 9, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),
     (2, 5, 7, 7, 9, 1, 2, ((0, 0), (0, 0)), 1, 1, "1x1"),
     (2, 8, 8, 9, 7, 3, 1, ((1, 1), (1, 1)), 1, 8, "depthwise"),
@@ -1058,3 +1063,38 @@ def test_deeplab_aspp_from_the_benchmark_models_matches_torch(model_backend, tmp
     x = torch.randn(2, 3, 64, 64)
     param = export_module(model, (x,), tmp_path)  # (pnnx's own Python of a Sequential does not parse)
     compare_graph(param, model_backend, model, (x,), rtol=1e-4)
+
+
+def test_numpy_fast_winograd_dilated_choice_and_refusal():
+    """A dilated 3x3 "same" convolution with enough channels on sub-images big enough runs as
+    Winograd over its polyphase sub-images (DeepLab's rate-2 layer: 256 -> 512 at 28x28, F(2x2));
+    small sub-images or few channels keep the GEMM; Winograd forced on a dilated convolution whose
+    padding is not its dilation is refused (the polyphase split would give a wrong answer)."""
+    pick = nf.choose_algorithm
+    same = ((2, 2), (2, 2))
+    assert pick(512, 256, (3, 3), (1, 1), (2, 2), 1, same, np.float32, (28, 28)) == ("winograd", 2)
+    assert pick(256, 256, (3, 3), (1, 1), (2, 2), 1, same, np.float32, (64, 64)) == ("winograd", 4)
+    assert pick(512, 512, (3, 3), (1, 1), (4, 4), 1, ((4, 4), (4, 4)), np.float32, (28, 28))[0] != "winograd"
+    assert pick(64, 64, (3, 3), (1, 1), (2, 2), 1, same, np.float32, (56, 56))[0] != "winograd"
+    assert pick(512, 256, (3, 3), (1, 1), (2, 2), 1, ((1, 1), (1, 1)), np.float32, (28, 28))[0] != "winograd"
+    assert pick(512, 256, (3, 3), (1, 1), (2, 2), 1, same, np.float32, None) == ("winograd", 4)
+    assert pick(64, 64, (3, 3), (1, 1), (2, 2), 1, same, np.float32, None)[0] != "winograd"
+    # the polyphase path runs (and matches torch) on a call with sub-images big enough
+    x, w3, b3 = rnd(1, 256, 29, 28), rnd(256, 256, 3, 3, seed=1) * 0.05, rnd(256, seed=2)
+    plan = nf.conv2d_plan(w3, b3, dilation=(2, 2), pads=same, input_hw=(29, 28))
+    assert (plan.algo, plan.tile) == ("winograd", 2)
+    calls = []
+    orig = plan._run_winograd_phases
+    plan._run_winograd_phases = lambda *a: calls.append(1) or orig(*a)
+    want = F.conv2d(t(x), t(w3), t(b3), 1, 2, 2).numpy()
+    assert_close(plan(x), want, rtol=1e-4, what="dilated Winograd")
+    assert calls == [1]
+    small = x[:, :, :12, :12]
+    assert_close(plan(small), F.conv2d(t(small), t(w3), t(b3), 1, 2, 2).numpy(), rtol=1e-4,
+                 what="small call: GEMM")
+    assert calls == [1]
+    w = rnd(8, 8, 3, 3)
+    with pytest.raises(ValueError, match="Winograd"):
+        nf.conv2d_plan(w, None, dilation=(2, 2), pads=((1, 1), (1, 1)), algo="winograd")
+    with pytest.raises(ValueError, match="Winograd"):
+        nf.conv2d_plan(w, None, dilation=(2, 3), pads=((2, 2), (3, 3)), algo="winograd")
