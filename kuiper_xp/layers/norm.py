@@ -294,3 +294,38 @@ class Normalize(Layer):
         else:
             norm = xp.sum(a ** self.p, axis=axis, keepdims=True) ** (1.0 / self.p)
         return x / xp.maximum(norm, xp.asarray(self.eps, dtype=x.dtype, device=self.device))
+
+
+@register("nn.LocalResponseNorm", "F.local_response_norm")
+class LocalResponseNorm(Layer):
+    """``x / (k + alpha/size * sum of x^2 over a window of `size` channels)^beta`` (AlexNet's
+    LRN), the window centred as torch pads it: ``size // 2`` channels before, ``(size - 1) // 2``
+    after; inputs (N, C, ...) with at least 3 dims. ``nn.LocalResponseNorm m 1 1 0 1 alpha=0.0001
+    beta=0.75 k=1.0 size=5``."""
+
+    def __init__(self, ctx: BuildContext, size: int, alpha: float, beta: float, k: float, where: str):
+        super().__init__(ctx)
+        self.size, self.alpha, self.beta, self.k, self.where = size, alpha, beta, k, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        size = op.param("size", int)
+        if size < 1:
+            raise LayerParameterError(f"{op.where}: size={size} must be >= 1")
+        return cls(ctx, size, op.param("alpha", float, 1e-4), op.param("beta", float, 0.75),
+                   op.param("k", float, 1.0), op.where)
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        if x.ndim < 3:
+            raise ShapeError(f"{self.where}: expected an input of 3 or more dims (N, C, ...), found "
+                             f"shape {tuple(x.shape)}")
+        c = x.shape[1]
+        before, after = self.size // 2, (self.size - 1) // 2
+        sq = x * x
+        # windowed channel sums as differences of a cumulative sum over the zero-padded channels
+        zeros = xp.zeros((x.shape[0], 1) + tuple(x.shape[2:]), dtype=x.dtype, device=self.device)
+        pad = [zeros] * (before + 1) + [sq] + [zeros] * after
+        cs = xp.cumulative_sum(xp.concat(pad, axis=1), axis=1)
+        win = cs[:, self.size:self.size + c, ...] - cs[:, :c, ...]
+        return x / (self.k + win * (self.alpha / self.size)) ** self.beta

@@ -19,7 +19,7 @@ from .registry import register
 from .shape import ShapeLayer, dtype_name, norm_dim, norm_dims, out_dtype, runtime_int, runtime_ints
 
 __all__ = ["Mean", "Sum", "Prod", "AMax", "AMin", "MaxMin", "ArgMax", "ArgMin", "StdVar", "LogSumExp",
-           "Norm", "AllAny", "CumSum", "CumProd", "AtenReduce"]
+           "Norm", "AllAny", "CumSum", "CumProd", "AtenReduce", "StdVarMean"]
 
 
 def _is_float(xp: Any, dt: Any) -> bool:
@@ -354,3 +354,50 @@ class AtenReduce(_Reduce):
             return xp.mean(x if x.dtype == dt else xp.astype(x, dt), axis=axes, keepdims=kd)
         f = xp.prod if kind == "prod" else xp.sum
         return f(_no_bool(xp, x, dt), axis=axes, dtype=dt, keepdims=kd)
+
+
+@register("aten::var_mean", "aten::std_mean", "torch.var_mean", "torch.std_mean")
+class StdVarMean(_Reduce):
+    """``torch.var_mean`` / ``std_mean``: (var or std, mean). pnnx leaves them as ``aten::``
+    operators whose dim, unbiased (a bool) or correction (a number, None meaning 1) and keepdim
+    arrive as inputs from constant expressions; the ``torch.`` spellings carry parameters."""
+
+    def __init__(self, ctx: BuildContext, dims, keepdim, dtype, correction: float | None, is_std: bool):
+        super().__init__(ctx, dims, keepdim, dtype)
+        self.correction, self.is_std = correction, is_std
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        is_std = op.type.split("::")[-1].split(".")[-1].startswith("std")
+        if op.type.startswith("aten::"):
+            return cls(ctx, None, False, out_dtype(op), None, is_std)
+        if op.has_param("correction") and op.params["correction"] is not None:
+            corr = op.param("correction", float)
+        else:
+            corr = 1.0 if op.param("unbiased", bool, True) else 0.0
+        return cls(ctx, *_dims_keepdim(op), out_dtype(op), corr, is_std)
+
+    def forward(self, x: Any, *args: Any) -> Any:
+        xp = self.xp
+        if not _is_float(xp, x.dtype):
+            raise ShapeError(f"{self.who}: std/var of a {dtype_name(x.dtype)} tensor (torch needs a floating input)")
+        if self.correction is not None:
+            axes, kd, corr = self.axes(x.ndim), self.keepdim, self.correction
+        else:
+            # (input, dim, unbiased | correction, keepdim); a 2-input form is (input, unbiased)
+            if len(args) == 1:
+                args = (None, args[0], False)
+            dim, corr_arg, keepdim = (tuple(args) + (None, None, False))[:3]
+            dims = None if dim is None else runtime_ints(dim, self.who, "dim")
+            axes = None if not dims else (() if x.ndim == 0 else norm_dims(dims, x.ndim, self.who))
+            if corr_arg is None:
+                corr = 1.0
+            elif isinstance(corr_arg, bool):
+                corr = 1.0 if corr_arg else 0.0
+            elif isinstance(corr_arg, (int, float)):
+                corr = float(corr_arg)
+            else:
+                corr = float(runtime_int(corr_arg, self.who, "correction"))
+            kd = bool(keepdim) if isinstance(keepdim, bool) else bool(runtime_int(keepdim, self.who, "keepdim"))
+        f = xp.std if self.is_std else xp.var
+        return (f(x, axis=axes, correction=corr, keepdims=kd), xp.mean(x, axis=axes, keepdims=kd))

@@ -428,6 +428,34 @@ class Chunk(_Split):
         return [(a, min(a + step, n)) for a in range(0, n, step)]
 
 
+@register("aten::unsafe_chunk", "aten::chunk")
+class AtenChunk(ShapeLayer):
+    """``aten::unsafe_chunk(input, chunks, dim)`` as pnnx leaves it inside traced RNN cells
+    (``nn.GRUCell``, ``nn.LSTMCell``): chunks and dim arrive as inputs (constant expressions) and
+    the result is one value, a list of the pieces, taken apart by a ``prim::ListUnpack``."""
+
+    def forward(self, x: Any, chunks: Any, dim: Any = 0) -> list[Any]:
+        k, d = runtime_int(chunks, self.who, "chunks"), runtime_int(dim, self.who, "dim")
+        if k < 1:
+            raise ShapeError(f"{self.who}: chunks={k} should be >= 1")
+        d = norm_dim(d, x.ndim, self.who)
+        n = x.shape[d]
+        step = max(1, -(-n // k))
+        head = (slice(None),) * d
+        return [x[head + (slice(a, min(a + step, n)),)] for a in range(0, n, step)] or [x]
+
+
+@register("prim::ListUnpack")
+class ListUnpack(ShapeLayer):
+    """The items of a list value (``aten::unsafe_chunk``'s pieces, a list expression) as the
+    operator's outputs; their number must match."""
+
+    def forward(self, items: Any) -> tuple[Any, ...]:
+        if not isinstance(items, (list, tuple)):
+            raise ShapeError(f"{self.who}: expected a list to unpack, found {type(items).__name__}")
+        return tuple(items)
+
+
 @register("torch.split", "Tensor.split", "Tensor.split_with_sizes", "torch.split_with_sizes")
 class Split(_Split):
     """torch.split: an int piece size (last piece smaller) or a list of sizes summing to the dim."""

@@ -1,0 +1,145 @@
+"""Distances and similarities: ``F.cosine_similarity``, ``F.pairwise_distance``, ``torch.cdist``
+(as pnnx writes them: ``aten::cosine_similarity``, ``F.pairwise_distance``, ``aten::cdist``).
+
+pnnx spellings (torch 2.13 exports):
+
+* ``F.cosine_similarity(a, b, dim=1)``: ``aten::cosine_similarity pnnx_2 4 1 a b dim eps``, dim
+  and eps fed by constant expressions (``expr=1``, ``expr=1.000000e-8``);
+* ``F.pairwise_distance(a, b)``: ``F.pairwise_distance ... eps=1.000000e-6 keepdim=False p=2.0
+  $x1=0 $x2=1``;
+* ``torch.cdist(a, b)``: ``aten::cdist pnnx_2 4 1 a b p compute_mode`` (``expr=2.0``,
+  ``expr=None``).
+
+As torch: cosine similarity is ``sum(a*b) / (max(|a|, eps) * max(|b|, eps))`` over ``dim`` after
+broadcasting; pairwise distance is ``|a - b + eps|_p`` over the last axis; cdist the p-norm
+distance between every row of ``a`` (..., P, M) and of ``b`` (..., R, M), p >= 0 (0 counts the
+differing components, inf takes the largest).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+from .base import BuildContext, Layer
+from .misc import input_slots
+from .registry import register
+
+
+def _number(v: Any, who: str, what: str) -> float:
+    if isinstance(v, (bool, int, float)):
+        return float(v)
+    if hasattr(v, "shape") and v.ndim == 0:
+        return float(v)
+    raise ShapeError(f"{who}: {what} should be a number, found {v!r}")
+
+
+def _pnorm(xp: Any, d: Any, p: float, axis: int, keepdims: bool = False) -> Any:
+    a = xp.abs(d)
+    if p == 0:
+        return xp.sum(xp.astype(a != 0, d.dtype), axis=axis, keepdims=keepdims)
+    if math.isinf(p):
+        return xp.max(a, axis=axis, keepdims=keepdims) if a.shape[axis] else xp.sum(a, axis=axis, keepdims=keepdims)
+    if p == 1:
+        return xp.sum(a, axis=axis, keepdims=keepdims)
+    if p == 2:
+        return xp.sqrt(xp.sum(a * a, axis=axis, keepdims=keepdims))
+    return xp.sum(a ** p, axis=axis, keepdims=keepdims) ** (1.0 / p)
+
+
+def _broadcast(xp: Any, a: Any, b: Any, who: str) -> tuple[Any, Any]:
+    try:
+        return tuple(xp.broadcast_arrays(a, b))
+    except ValueError:
+        raise ShapeError(f"{who}: shapes {tuple(a.shape)} and {tuple(b.shape)} do not broadcast") from None
+
+
+@register("aten::cosine_similarity")
+class CosineSimilarity(Layer):
+    """Inputs (x1, x2, dim, eps)."""
+
+    def __init__(self, ctx: BuildContext, where: str):
+        super().__init__(ctx)
+        self.where = where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 4:
+            raise LayerParameterError(f"{op.where}: expected 4 inputs (x1, x2, dim, eps), found {len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def forward(self, a: Any, b: Any, dim: Any, eps: Any) -> Any:
+        xp = self.xp
+        a, b = _broadcast(xp, a, b, self.where)
+        dim, eps = int(_number(dim, self.where, "dim")), _number(eps, self.where, "eps")
+        if a.ndim == 0 or not -a.ndim <= dim < a.ndim:
+            raise ShapeError(f"{self.where}: dim {dim} is out of range for inputs of shape {tuple(a.shape)}")
+        na = xp.clip(xp.sqrt(xp.sum(a * a, axis=dim)), min=eps)
+        nb = xp.clip(xp.sqrt(xp.sum(b * b, axis=dim)), min=eps)
+        return xp.sum(a * b, axis=dim) / (na * nb)
+
+
+@register("F.pairwise_distance")
+class PairwiseDistance(Layer):
+    """``$x1 $x2`` inputs; p, eps, keepdim parameters."""
+
+    def __init__(self, ctx: BuildContext, pos: dict[str, int], p: float, eps: float, keepdim: bool, where: str):
+        super().__init__(ctx)
+        self.pos, self.p, self.eps, self.keepdim, self.where = pos, p, eps, keepdim, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        pos = input_slots(op, ("x1", "x2"))
+        if set(pos) != {"x1", "x2"}:
+            raise LayerParameterError(f"{op.where}: needs x1 and x2 inputs")
+        return cls(ctx, pos, op.param("p", float, 2.0), op.param("eps", float, 1e-6),
+                   op.param("keepdim", bool, False), op.where)
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        a, b = _broadcast(xp, inputs[self.pos["x1"]], inputs[self.pos["x2"]], self.where)
+        p, eps, keepdim = self.p, self.eps, self.keepdim
+        if p < 0:
+            raise ShapeError(f"{self.where}: p={p} must be >= 0")
+        if a.ndim == 0:
+            return xp.abs(a - b + eps) if p else xp.astype(a - b + eps != 0, a.dtype)
+        return _pnorm(xp, a - b + eps, p, -1, keepdim)
+
+
+@register("aten::cdist")
+class CDist(Layer):
+    #: rows x rows x features above which the distance is computed through a matrix product
+    #: (|a|^2 + |b|^2 - 2 a.b) instead of the broadcast differences (torch switches for p = 2 from
+    #: 25 rows, with the same formula)
+    DIRECT_MAX = 1 << 22
+
+    """Inputs (x1, x2, p, compute_mode); compute_mode is ignored."""
+
+    def __init__(self, ctx: BuildContext, where: str):
+        super().__init__(ctx)
+        self.where = where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) < 2:
+            raise LayerParameterError(f"{op.where}: needs x1 and x2")
+        return cls(ctx, op.where)
+
+    def forward(self, a: Any, b: Any, *rest: Any) -> Any:
+        xp = self.xp
+        p = _number(rest[0], self.where, "p") if rest else 2.0
+        if p < 0:
+            raise ShapeError(f"{self.where}: p={p} must be >= 0")
+        if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-1]:
+            raise ShapeError(f"{self.where}: expected (..., P, M) and (..., R, M) inputs, found "
+                             f"{tuple(a.shape)} and {tuple(b.shape)}")
+        n_p, n_r, m = a.shape[-2], b.shape[-2], a.shape[-1]
+        if p == 2 and n_p * n_r * m > self.DIRECT_MAX:
+            aa = xp.sum(a * a, axis=-1)[..., :, None]
+            bb = xp.sum(b * b, axis=-1)[..., None, :]
+            ab = self.matmul(a, xp.matrix_transpose(b))
+            return xp.sqrt(xp.clip(aa + bb - 2 * ab, min=0))
+        d = xp.expand_dims(a, axis=-2) - xp.expand_dims(b, axis=-3)  # (..., P, R, M)
+        return _pnorm(xp, d, p, -1)

@@ -1,0 +1,283 @@
+"""Advanced indexing and index-built tensors: ``Tensor.index`` (``x[:, idx]``, ``x[i, j]``,
+``x[..., mask]``), ``aten::one_hot`` and ``aten::scatter``.
+
+pnnx spellings (torch 2.13 exports):
+
+* constant indices stay a parameter: ``Tensor.index Tensor.index_1 1 1 0 1
+  expr=[None,[0,2,3]]`` (``x[:, [0, 2, 3]]``), ``expr=[None,None,[True,False,True]]`` (a bool
+  mask); ``None`` is a whole axis (``:``). Indexing by constant buffers is usually folded into a
+  ``pnnx.Attribute`` by pnnx itself.
+* indices that are graph values arrive through a list expression:
+  ``pnnx.Expression pnnx_expr_1 1 1 1 2 expr=[None,@0]`` then ``Tensor.index Tensor.index_0 2 1
+  0 2 3 $input=0 $expr=2``; ``x[i, j]`` is ``expr=[@0,@1]``.
+* ``F.one_hot(x, 10)``: ``pnnx.Expression expr=10`` then ``aten::one_hot pnnx_4 2 1 0 1 2``.
+* ``x.scatter(1, index, src)`` and ``torch.scatter(x, 0, index, 2.0)``: ``aten::scatter pnnx_3 4 1
+  self dim index src``, dim (and a scalar src) fed by constant expressions.
+
+Semantics follow torch (which follows NumPy): the integer index arrays broadcast together; a bool
+mask of k dimensions stands for the k integer arrays of its True positions; when the indexed
+axes are adjacent the broadcast index shape replaces them in place, otherwise it goes first.
+Negative indices count from the end. Every index is checked against its axis (a clear
+ShapeError naming the operator, never a wrapped or out-of-bounds read).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.expression import parse
+
+from .base import BuildContext, Layer
+from .expression import expression_text
+from .misc import input_slots, to_int
+from .registry import register
+
+
+def _literal(node: Any, where: str) -> Any:
+    """A constant index list written in the file, as Python values (lists, ints, bools, None)."""
+    if node.kind == "const":
+        if node.value is None or isinstance(node.value, (bool, int)):
+            return node.value
+    elif node.kind == "list":
+        return [_literal(a, where) for a in node.args]
+    elif node.kind == "call" and node.value == "neg" and len(node.args) == 1:
+        v = _literal(node.args[0], where)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return -v
+    raise LayerParameterError(f"{where}: unsupported index item in expr (expected None, integers, "
+                              f"booleans or lists of them)")
+
+
+def _nested_shape(v: Any) -> tuple[int, ...]:
+    shape = []
+    while isinstance(v, list):
+        shape.append(len(v))
+        v = v[0] if v else None
+    return tuple(shape)
+
+
+def _flat(v: Any) -> list:
+    if isinstance(v, list):
+        return [y for item in v for y in _flat(item)]
+    return [v]
+
+
+def advanced_index(xp: Any, x: Any, items: list, where: str) -> Any:
+    """``x[items]`` with torch's advanced-indexing rules; ``items`` are None (a whole axis) or
+    integer / bool arrays of the namespace ``xp``."""
+    # a bool mask of k dims stands for k integer arrays (its True positions)
+    idx: list[Any] = []
+    for it in items:
+        if it is not None and it.dtype == xp.bool:
+            if it.ndim == 0:
+                raise ShapeError(f"{where}: a 0-d boolean index is not supported")
+            idx.extend(xp.nonzero(it))
+        else:
+            idx.append(it)
+    if len(idx) > x.ndim:
+        raise ShapeError(f"{where}: {len(idx)} indices for an input of shape {tuple(x.shape)}")
+    axes = [a for a, it in enumerate(idx) if it is not None]
+    if not axes:
+        return x
+    arrays = []
+    for a in axes:
+        it = idx[a]
+        if xp.isdtype(it.dtype, "real floating") or not xp.isdtype(it.dtype, "integral"):
+            raise ShapeError(f"{where}: index for axis {a} must be integer or bool, found {it.dtype}")
+        n = x.shape[a]
+        it = xp.astype(it, xp.int64)
+        if it.size:
+            lo, hi = int(xp.min(it)), int(xp.max(it))
+            if lo < -n or hi >= n:
+                bad = lo if lo < -n else hi
+                raise ShapeError(f"{where}: index {bad} is out of range for axis {a} of size {n} "
+                                 f"(input shape {tuple(x.shape)})")
+            if lo < 0:
+                it = xp.where(it < 0, it + n, it)
+        arrays.append(it)
+    try:
+        arrays = list(xp.broadcast_arrays(*arrays)) if len(arrays) > 1 else arrays
+    except ValueError:
+        raise ShapeError(f"{where}: index shapes {[tuple(a.shape) for a in arrays]} do not broadcast "
+                         f"together") from None
+    bshape = tuple(arrays[0].shape)
+    rest = [a for a in range(x.ndim) if a not in axes]
+    # the indexed axes first, merged into one; a flat (row-major) index into them
+    xt = xp.permute_dims(x, tuple(axes) + tuple(rest)) if axes != list(range(len(axes))) else x
+    sizes = [x.shape[a] for a in axes]
+    merged = xp.reshape(xt, (math.prod(sizes),) + tuple(x.shape[a] for a in rest))
+    flat = arrays[-1]
+    stride = sizes[-1]
+    for arr, size in zip(arrays[-2::-1], sizes[-2::-1]):
+        flat = flat + arr * stride
+        stride *= size
+    out = xp.take(merged, xp.reshape(flat, (-1,)), axis=0)
+    out = xp.reshape(out, bshape + tuple(x.shape[a] for a in rest))
+    contiguous = axes == list(range(axes[0], axes[-1] + 1))
+    if contiguous and axes[0] > 0:
+        # torch keeps adjacent indexed axes in place: move the index dims after the leading axes
+        nb, lead = len(bshape), axes[0]
+        order = tuple(range(nb, nb + lead)) + tuple(range(nb)) + tuple(range(nb + lead, out.ndim))
+        out = xp.permute_dims(out, order)
+    return out
+
+
+@register("Tensor.index")
+class Index(Layer):
+    """``x[items]``: items from the ``expr`` parameter (constants) or the ``$expr`` input (a list
+    built by a ``pnnx.Expression``, holding None and index arrays)."""
+
+    def __init__(self, ctx: BuildContext, const: list | None, pos: dict[str, int], where: str):
+        super().__init__(ctx)
+        self.pos, self.where = pos, where
+        self.const = None
+        if const is not None:
+            self.const = [None if v is None else self._const_array(ctx, v) for v in const]
+
+    def _const_array(self, ctx: BuildContext, v: Any) -> Any:
+        vals = _flat(v) if isinstance(v, list) else [v]
+        shape = _nested_shape(v)
+        if any(isinstance(a, list) for a in vals) or len(vals) != math.prod(shape):
+            raise LayerParameterError(f"{self.where}: ragged index list {v!r}")
+        if all(isinstance(a, bool) for a in vals):
+            dtype = "bool"
+        elif any(isinstance(a, bool) for a in vals) or not all(isinstance(a, int) for a in vals):
+            raise LayerParameterError(f"{self.where}: index list {v!r} mixes booleans and integers")
+        else:
+            dtype = "int64"
+        return self.xp.reshape(ctx.asarray(vals, dtype=dtype), shape)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        pos = input_slots(op, ("input", "expr"))
+        if "input" not in pos:
+            raise LayerParameterError(f"{op.where}: needs an input")
+        const = None
+        if "expr" not in pos:
+            if "expr" not in op.params:
+                raise LayerParameterError(f"{op.where}: needs the indices (an expr parameter or input)")
+            text = expression_text(op.params["expr"])
+            try:
+                const = _literal(parse(text), op.where)
+            except LayerParameterError:
+                raise
+            except Exception as exc:  # the parser's own error, with the text
+                raise LayerParameterError(f"{op.where}: bad index expression {text!r}: {exc}") from None
+            if not isinstance(const, list):
+                const = [const]
+        return cls(ctx, const, pos, op.where)
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        x = inputs[self.pos["input"]]
+        if self.const is not None:
+            items = self.const
+        else:
+            items = inputs[self.pos["expr"]]
+            if not isinstance(items, (list, tuple)):
+                items = [items]
+            items = [None if it is None else (it if hasattr(it, "dtype") else xp.asarray(it))
+                     for it in items]
+        return advanced_index(xp, x, list(items), self.where)
+
+
+@register("aten::one_hot")
+class OneHot(Layer):
+    """``F.one_hot(x, num_classes)``: int64, a trailing axis of ``num_classes`` (or, for -1,
+    max(x) + 1) with a 1 at each index."""
+
+    def __init__(self, ctx: BuildContext, classes: int | None, where: str):
+        super().__init__(ctx)
+        self.classes, self.where = classes, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        classes = op.param("num_classes", int, default=None)
+        if classes is None and len(op.inputs) < 2:
+            raise LayerParameterError(f"{op.where}: needs num_classes")
+        return cls(ctx, classes, op.where)
+
+    def forward(self, x: Any, *rest: Any) -> Any:
+        xp = self.xp
+        n = self.classes if self.classes is not None else to_int(rest[0], "num_classes")
+        if not xp.isdtype(x.dtype, "integral"):
+            raise ShapeError(f"{self.where}: one_hot needs an integer input, found {x.dtype}")
+        if n == -1:
+            n = int(xp.max(x)) + 1 if x.size else 0
+        if x.size and (int(xp.min(x)) < 0 or int(xp.max(x)) >= n):
+            raise ShapeError(f"{self.where}: class values must be in [0, {n}), found "
+                             f"{int(xp.min(x))}..{int(xp.max(x))}")
+        classes = xp.arange(n, dtype=xp.int64, device=self.device)
+        return xp.astype(xp.astype(x, xp.int64)[..., None] == classes, xp.int64)
+
+
+@register("aten::scatter")
+class Scatter(Layer):
+    """``self.scatter(dim, index, src)``: a copy of ``self`` with ``out[index[i][j]][j] =
+    src[i][j]`` (for dim 0); ``src`` a tensor or a scalar ``value``; no ``reduce``. Duplicate
+    indices along ``dim`` keep the last write (torch leaves that order unspecified)."""
+
+    def __init__(self, ctx: BuildContext, pos: dict[str, int], dim: int | None, value: Any, where: str):
+        super().__init__(ctx)
+        self.pos, self.dim, self.value, self.where = pos, dim, value, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if op.params.get("reduce") not in (None, "none"):
+            raise LayerParameterError(f"{op.where}: scatter with reduce={op.params['reduce']!r} is not supported")
+        pos = input_slots(op, ("input", "dim", "index", "src"))
+        dim = op.param("dim", int, default=None)
+        value = op.param("value", float, default=None)
+        if "index" not in pos or ("src" not in pos and value is None):
+            raise LayerParameterError(f"{op.where}: needs input, index and src (or value)")
+        if dim is None and "dim" not in pos:
+            raise LayerParameterError(f"{op.where}: needs dim")
+        return cls(ctx, pos, dim, value, op.where)
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        x, index = inputs[self.pos["input"]], inputs[self.pos["index"]]
+        dim = self.dim if self.dim is not None else to_int(inputs[self.pos["dim"]], "dim")
+        src = inputs[self.pos["src"]] if "src" in self.pos else self.value
+        if x.ndim == 0 or index.ndim != x.ndim:
+            raise ShapeError(f"{self.where}: index has {index.ndim} dims, input has {x.ndim}")
+        axis = dim % x.ndim
+        n = x.shape[axis]
+        if index.size and (int(xp.min(index)) < -n or int(xp.max(index)) >= n):
+            raise ShapeError(f"{self.where}: index out of range for dim {axis} of size {n}")
+        for a in range(x.ndim):
+            if a != axis and index.shape[a] > x.shape[a]:
+                raise ShapeError(f"{self.where}: index shape {tuple(index.shape)} exceeds input shape "
+                                 f"{tuple(x.shape)} outside dim {axis}")
+        index = xp.astype(index, xp.int64)
+        index = xp.where(index < 0, index + n, index)
+        if hasattr(src, "shape"):
+            if any(index.shape[a] > src.shape[a] for a in range(index.ndim)):
+                raise ShapeError(f"{self.where}: index shape {tuple(index.shape)} exceeds src shape "
+                                 f"{tuple(src.shape)}")
+            src = xp.astype(src[tuple(slice(0, s) for s in index.shape)], x.dtype)
+        else:
+            src = xp.full(index.shape, src, dtype=x.dtype, device=self.device)
+        # a one-hot comparison along the scattered axis (the standard has no scatter): for each
+        # destination position along ``axis``, the last source row that names it
+        d = xp.arange(n, dtype=xp.int64, device=self.device)
+        shape_hit = index.shape[:axis] + (n,) + index.shape[axis:]
+        ix = xp.expand_dims(index, axis=axis)  # (..., 1, k, ...)
+        dd = xp.reshape(d, (1,) * axis + (n, 1) + (1,) * (x.ndim - axis - 1))
+        hit = xp.broadcast_to(ix == dd, shape_hit)  # (..., n, k, ...)
+        k = index.shape[axis]
+        order = xp.reshape(xp.arange(1, k + 1, dtype=xp.int64, device=self.device), (1,) * (axis + 1) + (k,) + (1,) * (x.ndim - axis - 1))
+        last = xp.max(xp.where(hit, order, xp.zeros_like(order)), axis=axis + 1)  # (..., n, ...) 0 = none
+        written = last > 0
+        src_at = xp.take_along_axis(src, xp.clip(last - 1, 0, max(k - 1, 0)), axis=axis) if k else None
+        # the written part covers index's extent outside ``axis``; the rest of x is untouched
+        region = tuple(slice(0, s) if a != axis else slice(None) for a, s in enumerate(index.shape))
+        sub = x[region]
+        new = xp.where(written, src_at, sub) if k else sub
+        if all(index.shape[a] == x.shape[a] for a in range(x.ndim) if a != axis):
+            return new
+        out = xp.asarray(x, copy=True)
+        out[region] = new
+        return out

@@ -1,0 +1,145 @@
+"""Advanced indexing (Tensor.index), one_hot, scatter, distances (cosine similarity, pairwise
+distance, cdist), unfold/fold, LocalResponseNorm, var_mean/std_mean and the list-valued chunk of
+traced RNN cells (aten::unsafe_chunk + prim::ListUnpack): pnnx exports of small torch modules
+run on every backend leg and compared with torch; plus the errors a bad index gets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+from test_layers_misc import export_module, make_layer, t2n
+from torch import nn
+
+import kuiper_xp
+from kuiper_xp.errors import ShapeError
+
+
+class Fn(nn.Module):
+    """A module around a function of its inputs (and optional submodules)."""
+
+    def __init__(self, fn, *mods):
+        super().__init__()
+        self.fn, self.m = fn, nn.ModuleList(mods)
+
+    def forward(self, *a):
+        return self.fn(self, *a)
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _r(*shape, seed=0):
+    return torch.randn(*shape, generator=_g(seed))
+
+
+# name -> (module, inputs, types the export must contain)
+CASES = {
+    "index_const": (Fn(lambda s, x: x[:, [0, 2, 3]] * 2), (_r(2, 5, 3),), {"Tensor.index"}),
+    # (a constant 2-D index list is written flattened to its first row by pnnx 2.13, and the
+    # output annotation check then refuses the graph: not tested here)
+    "index_const_neg": (Fn(lambda s, x: x[:, :, [1, -1, 0]]), (_r(2, 3, 4),), {"Tensor.index"}),
+    "index_mask": (Fn(lambda s, x: x[:, :, torch.tensor([True, False, True, True])]), (_r(2, 3, 4),),
+                   {"Tensor.index"}),
+    "index_input": (Fn(lambda s, x, i: x[:, i] + 1), (_r(2, 5, 3), torch.tensor([4, 0, -1, 2])), {"Tensor.index"}),
+    "index_pair": (Fn(lambda s, x, i, j: x[i, j]), (_r(4, 5, 3), torch.tensor([0, 3, 3]), torch.tensor([[1], [4]])),
+                   {"Tensor.index"}),
+    "index_apart": (Fn(lambda s, x, i, j: x[i, :, j]), (_r(4, 5, 3), torch.tensor([0, 3]), torch.tensor([2, 1])),
+                    {"Tensor.index"}),
+    "one_hot": (Fn(lambda s, x: F.one_hot(x, 7).float() * 3), (torch.tensor([[0, 6, 2], [1, 1, 5]]),),
+                {"aten::one_hot"}),
+    "scatter": (Fn(lambda s, x, i: torch.zeros(3, 8).scatter(1, i, x)),
+                (_r(3, 2), torch.tensor([[0, 7], [2, 3], [5, 4]])), {"aten::scatter"}),
+    "scatter_value": (Fn(lambda s, x, i: x.scatter(1, i, x[:, :2] * 3) + torch.scatter(x, 0, i, 2.0)),
+                      (_r(3, 8), torch.tensor([[0, 1], [2, 0], [1, 1]])), {"aten::scatter"}),
+    "cosine": (Fn(lambda s, a, b: F.cosine_similarity(a, b, dim=1)), (_r(3, 8, 2), _r(3, 8, 1, seed=1)),
+               {"aten::cosine_similarity"}),
+    "pairwise": (Fn(lambda s, a, b: F.pairwise_distance(a, b, p=3.0, keepdim=True)), (_r(3, 8), _r(3, 8, seed=1)),
+                 {"F.pairwise_distance"}),
+    "cdist": (Fn(lambda s, a, b: torch.cdist(a, b)), (_r(2, 5, 4), _r(2, 6, 4, seed=1)), {"aten::cdist"}),
+    "cdist_p1": (Fn(lambda s, a, b: torch.cdist(a, b, p=1.0)), (_r(5, 4), _r(6, 4, seed=1)), {"aten::cdist"}),
+    "unfold": (Fn(lambda s, x: F.unfold(x, (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))), (_r(2, 3, 7, 8),),
+               {"F.unfold"}),
+    "fold": (Fn(lambda s, x: F.fold(x, (7, 6), 3, padding=1, stride=2)), (_r(2, 18, 12),), {"F.fold"}),
+    "unfold_fold": (Fn(lambda s, x: s.m[1](s.m[0](x) * 2), nn.Unfold(2, stride=2), nn.Fold((6, 8), 2, stride=2)),
+                    (_r(1, 4, 6, 8),), {"nn.Unfold", "nn.Fold"}),
+    "lrn": (Fn(lambda s, x: s.m[0](x), nn.LocalResponseNorm(4, alpha=0.3, beta=0.6, k=1.5)), (_r(2, 7, 3, 5) * 3,),
+            {"nn.LocalResponseNorm"}),
+    "lrn_3d": (Fn(lambda s, x: s.m[0](x), nn.LocalResponseNorm(3)), (_r(2, 5, 6),), {"nn.LocalResponseNorm"}),
+    "var_mean": (Fn(lambda s, x: torch.var_mean(x, dim=1)), (_r(3, 8, 2),), {"aten::var_mean"}),
+    "std_mean_keep": (Fn(lambda s, x: torch.std_mean(x, dim=(0, 2), keepdim=True, correction=0)), (_r(3, 8, 2),),
+                      {"aten::std_mean"}),
+    "gru_cell": (Fn(lambda s, x, h: s.m[0](x, h), nn.GRUCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1)),
+                 {"aten::unsafe_chunk", "prim::ListUnpack"}),
+    "lstm_cell": (Fn(lambda s, x, h, c: s.m[0](x, (h, c)), nn.LSTMCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1), _r(2, 6, seed=2)),
+                  {"aten::unsafe_chunk", "prim::ListUnpack"}),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            torch.manual_seed(0)
+            module, inputs, types = CASES[name]
+            param = export_module(module, inputs, tmp_path_factory.mktemp(name))
+            found = {ln.split()[0] for ln in param.read_text().splitlines()[2:] if ln.strip()}
+            assert types <= found, f"the export no longer has {types - found}: {sorted(found)}"
+            cache[name] = param
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_torch(name, backend, exported):
+    module, inputs, _ = CASES[name]
+    param = exported(name)
+    with torch.no_grad():
+        want = module.eval()(*inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    g = kuiper_xp.load(param, backend=backend)
+    got = g(*[t2n(t) for t in inputs])
+    assert len(got) == len(want)
+    for k, (a, e) in enumerate(zip(got, want)):
+        a = backend.to_numpy(a)
+        assert a.shape == tuple(e.shape), (k, a.shape, tuple(e.shape))
+        assert a.dtype == t2n(e).dtype, (k, a.dtype, t2n(e).dtype)
+        assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+
+
+def test_index_errors_name_the_operator(exported, backend):
+    g = kuiper_xp.load(exported("index_input"), backend=backend)
+    x = t2n(_r(2, 5, 3))
+    with pytest.raises(ShapeError, match=r"Tensor\.index.*index 5 is out of range for axis 1 of size 5"):
+        g(x, np.array([5, 0, 1, 2]))
+    with pytest.raises(ShapeError, match=r"index -6 is out of range"):
+        g(x, np.array([-6, 0, 1, 2]))
+    layer = make_layer(backend, "Tensor.index idx 2 1 0 1 2 $input=0 $expr=1", 2)
+    xb = backend.asarray(x)
+    with pytest.raises(ShapeError, match=r"do not broadcast"):
+        layer(xb, [backend.asarray(np.array([0, 1, 1])), backend.asarray(np.array([0, 1]))])
+    with pytest.raises(ShapeError, match=r"must be integer or bool"):
+        layer(xb, [None, backend.asarray(np.array([0.0, 1.0], np.float32))])
+    with pytest.raises(ShapeError, match=r"4 indices for an input of shape \(2, 5, 3\)"):
+        layer(xb, [None, None, None, None])
+
+
+def test_one_hot_and_scatter_reject_out_of_range(exported, backend):
+    g = kuiper_xp.load(exported("one_hot"), backend=backend)
+    with pytest.raises(ShapeError, match=r"aten::one_hot.*\[0, 7\)"):
+        g(np.array([[0, 7, 1], [0, 0, 0]]))
+    g = kuiper_xp.load(exported("scatter"), backend=backend)
+    with pytest.raises(ShapeError, match=r"aten::scatter.*out of range"):
+        g(t2n(_r(3, 2)), np.array([[0, 8], [1, 1], [2, 2]]))
+
+
+def test_fold_rejects_a_wrong_block_count(backend):
+    layer = make_layer(backend, "F.fold f 1 1 0 1 dilation=(1,1) kernel_size=(3,3) output_size=(7,6) "
+                                "padding=(1,1) stride=(2,2) $input=0")
+    with pytest.raises(ShapeError, match=r"F\.fold.*\(N, C\*9, 12\)"):
+        layer(backend.asarray(t2n(_r(2, 18, 10))))
