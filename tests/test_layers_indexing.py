@@ -1,5 +1,6 @@
-"""Advanced indexing (Tensor.index), one_hot, scatter, distances (cosine similarity, pairwise
-distance, cdist), unfold/fold, LocalResponseNorm, var_mean/std_mean and the list-valued chunk of
+"""Less common operators: advanced indexing (Tensor.index), one_hot, scatter, distances (cosine
+similarity, pairwise distance, cdist), unfold/fold, LocalResponseNorm, var_mean/std_mean,
+grid_sample/affine_grid (every mode, padding and align_corners) and the list-valued chunk of
 traced RNN cells (aten::unsafe_chunk + prim::ListUnpack): pnnx exports of small torch modules
 run on every backend leg and compared with torch; plus the errors a bad index gets."""
 
@@ -72,6 +73,16 @@ CASES = {
     "var_mean": (Fn(lambda s, x: torch.var_mean(x, dim=1)), (_r(3, 8, 2),), {"aten::var_mean"}),
     "std_mean_keep": (Fn(lambda s, x: torch.std_mean(x, dim=(0, 2), keepdim=True, correction=0)), (_r(3, 8, 2),),
                       {"aten::std_mean"}),
+    **{f"grid_{mode}_{pad}_{int(align)}": (
+        Fn(lambda s, x, g, mode=mode, pad=pad, align=align: F.grid_sample(x, g, mode, pad, align)),
+        (_r(2, 3, 5, 7), torch.rand(2, 4, 6, 2, generator=_g(1)) * 3 - 1.5), {"F.grid_sample"})
+       for mode in ("bilinear", "nearest") for pad in ("zeros", "border", "reflection") for align in (False, True)},
+    "stn": (Fn(lambda s, x, t: F.grid_sample(x, F.affine_grid(t, (2, 3, 6, 5), align_corners=False),
+                                              align_corners=False)),
+            (_r(2, 3, 8, 8), torch.tensor([[[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]], [[1.0, 0.0, 0.5], [0.0, 0.5, -0.3]]])),
+            {"F.grid_sample", "F.affine_grid"}),
+    "affine_grid_corners": (Fn(lambda s, t: F.affine_grid(t, (1, 2, 4, 7), align_corners=True)),
+                            (torch.tensor([[[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]]]),), {"F.affine_grid"}),
     "gru_cell": (Fn(lambda s, x, h: s.m[0](x, h), nn.GRUCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1)),
                  {"aten::unsafe_chunk", "prim::ListUnpack"}),
     "lstm_cell": (Fn(lambda s, x, h, c: s.m[0](x, (h, c)), nn.LSTMCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1), _r(2, 6, seed=2)),

@@ -1,4 +1,6 @@
-"""Resizing layers: interpolation and pixel (un)shuffle.
+"""Resizing layers: interpolation, pixel (un)shuffle, and grid sampling (``F.grid_sample``,
+``F.affine_grid``).
+
 
 pnnx spellings (from real exports with torch 2.13):
 
@@ -318,3 +320,119 @@ class PixelUnshuffle(Layer):
         y = xp.reshape(x, lead + (c, h, r, w, r))
         y = xp.permute_dims(y, tuple(range(n)) + tuple(n + a for a in (0, 2, 4, 1, 3)))
         return xp.reshape(y, lead + (c * r * r, h, w))
+
+
+# ---------------------------------------------------------------------------------------------
+# grid sampling (spatial transformers, flow warping)
+
+
+def _reflect(xp: Any, c: Any, twice_low: int, twice_high: int) -> Any:
+    """torch's ``reflect_coordinates``: fold ``c`` into [twice_low/2, twice_high/2]."""
+    if twice_low == twice_high:
+        return xp.zeros_like(c)
+    lo, span = twice_low / 2, (twice_high - twice_low) / 2
+    c = xp.abs(c - lo)
+    flips = xp.floor(c / span)
+    extra = c - flips * span
+    odd = (flips - 2 * xp.floor(flips / 2)) != 0
+    return xp.where(odd, span - extra, extra) + lo
+
+
+@register("F.grid_sample")
+class GridSample(Layer):
+    """``F.grid_sample(input, grid)`` for 4-D inputs: ``grid`` (N, Ho, Wo, 2) holds (x, y) in
+    [-1, 1]; modes ``bilinear`` and ``nearest`` (round half to even, as torch); padding
+    ``zeros``, ``border`` or ``reflection``; ``align_corners`` either way. pnnx: ``F.grid_sample
+    ... align_corners=False mode=bilinear padding_mode=zeros $input=0 $grid=1``."""
+
+    def __init__(self, ctx: BuildContext, mode: str, padding: str, align: bool, pos: dict[str, int], where: str):
+        super().__init__(ctx)
+        self.mode, self.padding, self.align, self.pos, self.where = mode, padding, align, pos, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        mode = op.param("mode", str, "bilinear")
+        padding = op.param("padding_mode", str, "zeros")
+        if mode not in ("bilinear", "nearest"):
+            raise LayerParameterError(f"{op.where}: grid_sample mode {mode!r} is not supported (bilinear, nearest)")
+        if padding not in ("zeros", "border", "reflection"):
+            raise LayerParameterError(f"{op.where}: padding_mode {padding!r} is not supported")
+        pos = input_slots(op, ("input", "grid"))
+        if set(pos) != {"input", "grid"}:
+            raise LayerParameterError(f"{op.where}: needs input and grid")
+        return cls(ctx, mode, padding, op.param("align_corners", bool, False) or False, pos, op.where)
+
+    def _source(self, g: Any, size: int) -> Any:
+        xp = self.xp
+        c = (g + 1) / 2 * (size - 1) if self.align else ((g + 1) * size - 1) / 2
+        if self.padding == "border":
+            c = xp.clip(c, 0, size - 1)
+        elif self.padding == "reflection":
+            c = _reflect(xp, c, 0, 2 * (size - 1)) if self.align else _reflect(xp, c, -1, 2 * size - 1)
+            c = xp.clip(c, 0, size - 1)
+        return c
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        x, grid = inputs[self.pos["input"]], inputs[self.pos["grid"]]
+        if x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != x.shape[0]:
+            raise ShapeError(f"{self.where}: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), found "
+                             f"{tuple(x.shape)} and {tuple(grid.shape)}")
+        n, c, h, w = x.shape
+        ho, wo = grid.shape[1], grid.shape[2]
+        grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
+        ix = self._source(xp.reshape(grid[..., 0], (n, ho * wo)), w)
+        iy = self._source(xp.reshape(grid[..., 1], (n, ho * wo)), h)
+        flat = xp.reshape(x, (n, c, h * w))
+
+        def tap(yy: Any, xx: Any) -> Any:
+            """x at integer positions (yy, xx) (float arrays (N, L)); 0 outside."""
+            inside = (xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1)
+            idx = xp.astype(xp.clip(yy, 0, h - 1) * w + xp.clip(xx, 0, w - 1), xp.int64)
+            v = xp.take_along_axis(flat, xp.broadcast_to(idx[:, None, :], (n, c, ho * wo)), axis=2)
+            return v * xp.astype(inside, x.dtype)[:, None, :]
+
+        if self.mode == "nearest":
+            y = tap(xp.round(iy), xp.round(ix))
+        else:
+            x0, y0 = xp.floor(ix), xp.floor(iy)
+            wx, wy = (ix - x0)[:, None, :], (iy - y0)[:, None, :]
+            y = (tap(y0, x0) * (1 - wx) * (1 - wy) + tap(y0, x0 + 1) * wx * (1 - wy)
+                 + tap(y0 + 1, x0) * (1 - wx) * wy + tap(y0 + 1, x0 + 1) * wx * wy)
+        return xp.reshape(y, (n, c, ho, wo))
+
+
+@register("F.affine_grid")
+class AffineGrid(Layer):
+    """``F.affine_grid(theta, size)`` for 2-D: theta (N, 2, 3), size (N, C, H, W) -> (N, H, W, 2),
+    the (x, y) of each output pixel's centre (or corner, with align_corners) mapped by theta.
+    pnnx: ``F.affine_grid ... align_corners=False size=(1,3,8,8) $theta=0``."""
+
+    def __init__(self, ctx: BuildContext, size: tuple[int, ...], align: bool, where: str):
+        super().__init__(ctx)
+        self.size, self.align, self.where = size, align, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        size = op.ints("size")
+        if len(size) != 4 or min(size) < 1:
+            raise LayerParameterError(f"{op.where}: only 2-D affine grids, size (N, C, H, W); found {size}")
+        return cls(ctx, tuple(size), op.param("align_corners", bool, False) or False, op.where)
+
+    def _axis(self, k: int, dtype: Any) -> Any:
+        xp = self.xp
+        i = xp.astype(xp.arange(k, device=self.device), dtype)
+        if self.align:
+            return i * (2 / (k - 1)) - 1 if k > 1 else xp.zeros_like(i)
+        return (i * 2 + 1) / k - 1
+
+    def forward(self, theta: Any) -> Any:
+        xp = self.xp
+        n, _, h, w = self.size
+        if theta.ndim != 3 or tuple(theta.shape[1:]) != (2, 3) or theta.shape[0] != n:
+            raise ShapeError(f"{self.where}: theta should be ({n}, 2, 3), found {tuple(theta.shape)}")
+        xs, ys = self._axis(w, theta.dtype), self._axis(h, theta.dtype)
+        base = xp.stack([xp.broadcast_to(xs[None, :], (h, w)), xp.broadcast_to(ys[:, None], (h, w)),
+                         xp.ones((h, w), dtype=theta.dtype, device=self.device)], axis=-1)  # (H, W, 3)
+        grid = self.matmul(xp.reshape(base, (1, h * w, 3)), xp.matrix_transpose(theta))  # (N, H*W, 2)
+        return xp.reshape(grid, (n, h, w, 2))
