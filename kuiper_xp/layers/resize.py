@@ -1,7 +1,6 @@
 """Resizing layers: interpolation, pixel (un)shuffle, and grid sampling (``F.grid_sample``,
 ``F.affine_grid``).
 
-
 pnnx spellings (from real exports with torch 2.13):
 
 * ``nn.Upsample up 1 1 0 1 mode=nearest scale_factor=(2.0,2.0) size=None``
