@@ -305,12 +305,39 @@ def test_fused_transformer_encoder_layer_errors(encoder_export):
     step = next(r for r in g.execution_order if r.type == "aten::_transformer_encoder_layer_fwd")
     args = [np.zeros((2, 7, 16), np.float32), 16, 4] + [np.zeros(1, np.float32)] * 17
     args[7:10] = [True, False, 1e-5]
-    args[18] = np.zeros((2, 7), bool)
-    with pytest.raises(ShapeError, match="mask input .* not supported"):
+    args[18], args[19] = np.zeros((2, 7), bool), 1  # a key-padding mask (mask_type 1)
+    with pytest.raises(ShapeError, match="key-padding mask input .* not supported"):
+        step.layer.forward(*args)
+    args[19] = 0  # an attention mask that does not fit (L, L)
+    with pytest.raises(ShapeError, match=r"attention mask of shape \(2, 7\) does not fit"):
         step.layer.forward(*args)
     args[18], args[0] = None, np.zeros((2, 7, 12), np.float32)
     with pytest.raises(ShapeError, match=r"\(2, 7, 12\) does not fit embed_dim=16"):
         step.layer.forward(*args)
+
+
+class CausalEncoder(nn.Module):
+    """A CLIP-text-like encoder: a causal src_mask through the fused path (torch merges it to
+    (N, H, L, L), mask_type 2), pre-norm, pooled at each sequence's largest token id."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, ids):
+        mask = torch.full((ids.shape[1], ids.shape[1]), float("-inf")).triu(1)
+        x = self.enc(self.emb(ids), mask=mask)
+        return x[torch.arange(x.shape[0]), ids.argmax(dim=-1)]
+
+
+def test_fused_transformer_encoder_layer_with_a_causal_mask(model_backend, tmp_path):
+    torch.manual_seed(0)
+    module, ids = CausalEncoder().eval(), torch.randint(0, 50, (3, 9))
+    param = export_module(module, (ids,), tmp_path)
+    assert "aten::_transformer_encoder_layer_fwd" in param.read_text(), "pnnx no longer emits the fused op"
+    compare_graph(param, model_backend, module, (ids,), rtol=1e-4)
 
 
 def _sdpa_ref(q, k, v, scale, mask=None):

@@ -648,9 +648,10 @@ class TransformerEncoderLayerFwd(Layer):
 
     Computed as torch does: self-attention (softmax(q k^T / sqrt(head_dim)) v, heads merged,
     output projection), residual, LayerNorm, then linear -> GELU (exact) or ReLU -> linear,
-    residual, LayerNorm (the norms first when ``norm_first``). A mask input is refused with a
-    clear error: torch's fused path turns a key-padding mask into nested tensors, whose padded
-    positions this runtime does not reproduce."""
+    residual, LayerNorm (the norms first when ``norm_first``). An attention mask (a causal
+    ``src_mask``, which torch merges to (N, H, L, L), mask_type 2) is added to the scores; a
+    key-padding mask (mask_type 1) is refused with a clear error: torch's fused path turns it into
+    nested tensors, whose padded positions this runtime does not reproduce."""
 
     N_INPUTS = 20
 
@@ -695,13 +696,24 @@ class TransformerEncoderLayerFwd(Layer):
          n1w, n1b, n2w, n2b, f1w, f1b, f2w, f2b, mask, _mask_type) = inputs
         e, h, eps = to_int(e, "embed_dim"), to_int(h, "num_heads"), to_float(eps, "eps")
         use_gelu, norm_first = bool(to_int(use_gelu, "use_gelu")), bool(to_int(norm_first, "norm_first"))
-        if mask is not None:
-            raise ShapeError(f"{self.where}: a mask input to the fused encoder layer is not supported "
-                             "(export without src_key_padding_mask/src_mask, or run the layer "
-                             "with grad enabled when tracing so that pnnx sees MultiheadAttention)")
         if src.ndim != 3 or src.shape[-1] != e or e % h:
             raise ShapeError(f"{self.where}: src of shape {tuple(src.shape)} does not fit embed_dim={e}, "
                              f"num_heads={h} (expected (batch, seq, embed_dim), batch first)")
+        if mask is not None and (_mask_type is None or to_int(_mask_type, "mask_type") == 1):
+            raise ShapeError(f"{self.where}: a key-padding mask input to the fused encoder layer is not "
+                             "supported (torch runs it on nested tensors, whose padded positions this "
+                             "runtime does not reproduce; export without src_key_padding_mask, or run the "
+                             "layer with grad enabled when tracing so that pnnx sees MultiheadAttention)")
+        if mask is not None:
+            # an attention mask (mask_type 0: (L, L); 2: merged, (N, H, L, L)): added to the
+            # scores when float, -inf where True when bool
+            if mask.dtype == xp.bool:
+                mask = xp.where(mask, xp.asarray(-math.inf, dtype=src.dtype, device=self.device),
+                                xp.asarray(0.0, dtype=src.dtype, device=self.device))
+            full = (src.shape[0], h, src.shape[1], src.shape[1])
+            if mask.ndim > 4 or any(a not in (1, b) for a, b in zip(mask.shape[::-1], full[::-1])):
+                raise ShapeError(f"{self.where}: attention mask of shape {tuple(mask.shape)} does not fit "
+                                 f"(batch, heads, seq, seq) = {full}")
         if tuple(qkv_w.shape) != (3 * e, e) or tuple(proj_w.shape) != (e, e):
             raise ShapeError(f"{self.where}: qkv_weight {tuple(qkv_w.shape)} / proj_weight "
                              f"{tuple(proj_w.shape)} do not fit embed_dim={e}")
@@ -713,7 +725,7 @@ class TransformerEncoderLayerFwd(Layer):
             return xp.permute_dims(xp.reshape(t, (n, length, h, d)), (0, 2, 1, 3))
 
         q, k, v = heads(qkv[..., :e]), heads(qkv[..., e:2 * e]), heads(qkv[..., 2 * e:])
-        out, _ = attend(xp, q, k, v, 1.0 / math.sqrt(d), None, self.matmul, self._attention)
+        out, _ = attend(xp, q, k, v, 1.0 / math.sqrt(d), mask, self.matmul, self._attention)
         out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (n, length, e))
         x = self._linear(out, proj_w, proj_b) + src
         if not norm_first:
