@@ -16,6 +16,7 @@ from . import (  # noqa: F401  (imported for their @register side effects)
     norm,
     patches,
     pooling,
+    recurrent,
     reduce,
     resize,
     shape,

@@ -400,9 +400,11 @@ class _Split(ShapeLayer):
         tail = (slice(None),) * (len(shape) - d - 1)
         return tuple(head + (slice(a, b),) + tail for a, b in bounds)
 
-    def forward(self, x: Any) -> tuple[Any, ...]:
+    def forward(self, x: Any) -> Any:
         shape = tuple(x.shape)
         keys = self.cached(shape, lambda: self._keys(shape))
+        if self.n_out == 1:  # one piece: the op's one output is that array
+            return x[keys[0]]
         return tuple(x[k] for k in keys)
 
 
@@ -544,9 +546,12 @@ class Unbind(ShapeLayer):
         head = (slice(None),) * d
         return tuple(head + (i, ...) for i in range(shape[d]))
 
-    def forward(self, x: Any) -> tuple[Any, ...]:
+    def forward(self, x: Any) -> Any:
         shape = tuple(x.shape)
-        return tuple(x[k] for k in self.cached(shape, lambda: self._keys(shape)))
+        keys = self.cached(shape, lambda: self._keys(shape))
+        if self.n_out == 1:  # pnnx writes x[0] / x[-1] on a dim of size 1 as a one-output unbind
+            return x[keys[0]]
+        return tuple(x[k] for k in keys)
 
 
 # -- slicing ---------------------------------------------------------------------------------------

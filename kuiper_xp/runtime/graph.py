@@ -204,10 +204,14 @@ class Graph:
         for r in out_ops:
             if r.op.outputs:
                 raise GraphError(f"{r.op.where}: pnnx.Output must have no outputs")
-            for operand in r.op.inputs:
+            # a model returning a tuple, nested ones flattened in order (``return lstm(x)``:
+            # (output, (h_n, c_n)) gives three outputs)
+            pending = list(r.op.inputs)[::-1]
+            while pending:
+                operand = pending.pop()
                 prod = operand.producer
                 if prod is not None and prod.type == _TUPLE and len(operand.consumers) == 1:
-                    output_operands.extend(prod.inputs)  # a model returning a tuple
+                    pending.extend(prod.inputs[::-1])
                 else:
                     output_operands.append(operand)
         if not output_operands:
