@@ -60,6 +60,7 @@ __all__ = [
     "concat",
     "matmul",
     "pack_linear",
+    "rnn_sequence",
     "activation_inplace",
     "clamp",
     "unary",
@@ -3189,6 +3190,81 @@ def pixel_shuffle(x: np.ndarray, r: int, inverse: bool = False) -> np.ndarray | 
     # split over images x channels when there are enough of them, else over the r row phases
     _copy_channels(dst, src, axis=0 if nn_ * c >= 2 * _threads_now() else 1)
     return out
+
+
+def rnn_sequence(kind: str, xw: np.ndarray, w_hh_t: np.ndarray, h0: np.ndarray, c0: np.ndarray | None,
+                 out: np.ndarray, *, reverse: bool = False, b_hn: np.ndarray | None = None,
+                 w_hr_t: np.ndarray | None = None, relu: bool = False):
+    """One layer and direction of ``kuiper_xp.layers.recurrent`` over time, writing each step's h
+    into ``out[t]`` (``(L, N, H_out)``, may be a strided view of a bidirectional layer's output)
+    with in-place ufuncs on per-thread workspaces: nothing is allocated per step and the gate
+    views are made once. ``kind`` is "lstm" (gates i, f, g, o; the sigmoid gates' rows of ``xw``
+    and of the weight already halved, so sigmoid(a) = (1 + tanh(a)) / 2 after one tanh over all
+    gates), "gru" (r, z halved; n = tanh(xw_n + r * (h W_hn^T + b_hn))) or "rnn" (tanh or
+    ``relu``). ``xw`` is the input projection with its biases, ``(L, N, G*H)``; ``w_hh_t`` is
+    ``W_hh^T``, ``(H_out, G*H)``; ``w_hr_t`` LSTM's projection ``W_hr^T``, ``(H, H_out)``. Returns
+    the last (h, c) (c None but for LSTM).
+
+    (The transposed loop, gates as ``W_hh @ h^T``, measured no better: OpenBLAS took 46 against
+    16 us for a 768x256 weight and 4 sequences, 234-359 against 305-392 for 2048x512 and 8.)"""
+    length, n, gh = xw.shape
+    dt = xw.dtype
+    steps = range(length - 1, -1, -1) if reverse else range(length)
+    g = _workspace((n, gh), dt, slot=80)
+    h = h0
+    if kind == "lstm":
+        hid = gh // 4
+        alpha = np.full(gh, 0.5, dt)
+        alpha[2 * hid:3 * hid] = 1.0
+        beta = np.full(gh, 0.5, dt)
+        beta[2 * hid:3 * hid] = 0.0
+        c = np.array(c0, dtype=dt, copy=True)
+        tmp = _workspace((n, hid), dt, slot=81)
+        gi, gf, gg, go = g[:, :hid], g[:, hid:2 * hid], g[:, 2 * hid:3 * hid], g[:, 3 * hid:]
+        for t in steps:
+            _gemm(h, w_hh_t, g)
+            g += xw[t]
+            np.tanh(g, out=g)
+            g *= alpha
+            g += beta
+            c *= gf
+            np.multiply(gi, gg, out=tmp)
+            c += tmp
+            np.tanh(c, out=tmp)
+            if w_hr_t is None:
+                h = np.multiply(go, tmp, out=out[t])
+            else:
+                tmp *= go
+                h = np.matmul(tmp, w_hr_t, out=out[t])
+        return h, c
+    if kind == "gru":
+        hid = gh // 3
+        rz = _workspace((n, 2 * hid), dt, slot=81)
+        nb = _workspace((n, hid), dt, slot=82)
+        tmp = _workspace((n, hid), dt, slot=83)
+        r, z, hn = rz[:, :hid], rz[:, hid:], g[:, 2 * hid:]
+        for t in steps:
+            _gemm(h, w_hh_t, g)
+            np.add(xw[t, :, :2 * hid], g[:, :2 * hid], out=rz)
+            np.tanh(rz, out=rz)
+            rz *= 0.5
+            rz += 0.5
+            if b_hn is not None:
+                hn += b_hn
+            np.multiply(r, hn, out=nb)
+            nb += xw[t, :, 2 * hid:]
+            np.tanh(nb, out=nb)
+            np.subtract(h, nb, out=tmp)
+            tmp *= z
+            h = np.add(nb, tmp, out=out[t])
+        return h, None
+    if kind == "rnn":
+        for t in steps:
+            _gemm(h, w_hh_t, g)
+            g += xw[t]
+            h = np.maximum(g, 0, out=out[t]) if relu else np.tanh(g, out=out[t])
+        return h, None
+    raise ValueError(f"unknown recurrent kind {kind!r}")
 
 
 def pack_linear(weight) -> np.ndarray:

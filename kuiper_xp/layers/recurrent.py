@@ -68,6 +68,8 @@ class _Recurrent(Layer):
     HIDDEN_BIAS_INSIDE = False
     #: RNN: reads ``nonlinearity`` (tanh or relu)
     HAS_NONLINEARITY = False
+    #: the cell's name for the backend's fast time loop
+    KIND = ""
 
     def __init__(self, ctx: BuildContext, *, where: str, input_size: int, hidden_size: int, num_layers: int,
                  directions: int, proj_size: int, batch_first: bool, cells: list[dict[str, Any]],
@@ -83,6 +85,8 @@ class _Recurrent(Layer):
         self.roles = roles
         self.relu = relu
         self._cast: dict[str, list[dict[str, Any]]] = {}
+        #: the backend's in-place time loop (``rnn_sequence`` of the numpy fast paths), or None
+        self._fast = getattr(ctx.fast, "rnn_sequence", None)
 
     # -- build -----------------------------------------------------------------------------------
 
@@ -278,8 +282,13 @@ class _Recurrent(Layer):
         h_n: list[Any] = []
         c_n: list[Any] = []
         layer_in = x
+        fast = self._fast
         for k in range(self.num_layers):
             outs = []
+            # the fast loop writes each direction's steps into its half of the layer's output
+            out_k = None if fast is None else xp.empty((L, N, self.directions * self.h_out), dtype=dt,
+                                                         device=self.device)
+            # (the cells were cast to the input's floating dtype: the fast loop takes them all)
             for d in range(self.directions):
                 j = k * self.directions + d
                 cell = cells[j]
@@ -290,15 +299,23 @@ class _Recurrent(Layer):
                     xw = xw + cell["b_x"]
                 xw = xp.reshape(xw, (L, N, xw.shape[1]))
                 h, c = h0[j, ...], None if c0 is None else c0[j, ...]
-                ys: list[Any] = [None] * L
-                for t in (range(L - 1, -1, -1) if d else range(L)):
-                    h, c = self._step(xw[t, ...], h, c, cell)
-                    ys[t] = h
-                outs.append(xp.stack(ys, axis=0))
+                if out_k is not None:
+                    h, c = fast(self.KIND, xw, cell["w_hh_t"], h, c,
+                                out_k[:, :, d * self.h_out:(d + 1) * self.h_out], reverse=bool(d),
+                                b_hn=cell["b_hn"], w_hr_t=cell["w_hr_t"], relu=self.relu)
+                else:
+                    ys: list[Any] = [None] * L
+                    for t in (range(L - 1, -1, -1) if d else range(L)):
+                        h, c = self._step(xw[t, ...], h, c, cell)
+                        ys[t] = h
+                    outs.append(xp.stack(ys, axis=0))
                 h_n.append(h)
                 if c is not None:
                     c_n.append(c)
-            layer_in = outs[0] if len(outs) == 1 else xp.concat(outs, axis=2)
+            if out_k is not None:
+                layer_in = out_k
+            else:
+                layer_in = outs[0] if len(outs) == 1 else xp.concat(outs, axis=2)
 
         results = {"output": layer_in, "h_n": xp.stack(h_n, axis=0)}
         if c_n:
@@ -321,6 +338,7 @@ class LSTM(_Recurrent):
     GATES = 4
     SIGMOID_GATES = (0, 1, 3)
     N_STATES = 2
+    KIND = "lstm"
 
     def _step(self, xw, h, c, cell):
         xp, H = self.xp, self.hidden_size
@@ -340,6 +358,7 @@ class GRU(_Recurrent):
     GATES = 3
     SIGMOID_GATES = (0, 1)
     HIDDEN_BIAS_INSIDE = True
+    KIND = "gru"
 
     def _step(self, xw, h, c, cell):
         xp, H = self.xp, self.hidden_size
@@ -357,6 +376,7 @@ class RNN(_Recurrent):
     """torch.nn.RNN with ``nonlinearity`` tanh or relu."""
 
     HAS_NONLINEARITY = True
+    KIND = "rnn"
 
     def _step(self, xw, h, c, cell):
         a = xw + self.matmul(h, cell["w_hh_t"])
