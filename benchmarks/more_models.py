@@ -8,15 +8,17 @@ runner seeds torch before building them): each factory returns an ``nn.Module``.
 Image models (``--input-shape 3,224,224``): ``convnext_t`` (depthwise 7x7, channels-last
 LayerNorm, GELU MLPs), ``densenet121`` (pre-activation BN-ReLU-conv, concatenations),
 ``resnext50`` (grouped 3x3), ``resnet50``, ``inception_c`` (1x7 / 7x1 convolutions at 112x112),
-``vgg16``, ``deeplab_aspp`` (dilated convolutions, rates 6/12/18), ``deeplabv3_r50`` (torchvision's
-DeepLabV3-ResNet50 layout: a ResNet-50 at output stride 8, dilations 2 and 4, ASPP 12/24/36), ``swin_lite`` (shifted window
-attention written as operators, patch merging), ``regnet_y`` (grouped 3x3 of group width 8,
+``vgg16``, ``deeplab_aspp`` (dilated convolutions, rates 6/12/18), ``deeplabv3_r50``
+(torchvision's DeepLabV3-ResNet50 layout: a ResNet-50 at output stride 8, dilations 2 and 4,
+ASPP 12/24/36), ``swin_lite`` (shifted window attention written as operators, patch merging), ``regnet_y`` (grouped 3x3 of group width 8,
 squeeze-and-excite), ``mixer`` (MLP-Mixer: Linear over transposed tokens), ``detr_lite``
 (nn.TransformerEncoderLayer and nn.TransformerDecoderLayer over learned queries, two outputs).
 Sequence models: ``bert_base`` (12 layers on embeddings, ``--input-shape 128,768``; a padding mask
 built in forward), ``bert_tokens`` (token ids and an attention mask, ``--input-shape
 "128:int64:30522;128:int64:2"``) and ``gpt`` (a causal decoder on embeddings, ``--input-shape
-128,384``: the mask from torch.tril and masked_fill)."""
+128,384``: the mask from torch.tril and masked_fill). Recurrent: ``lstm_lm`` (an LSTM language
+model on token ids, ``--input-shape "35:int64:10000"``) and ``crnn`` (a CRNN text recogniser:
+conv stack, bidirectional LSTM, ``--input-shape 1,32,128``)."""
 import math
 
 import torch
@@ -459,3 +461,44 @@ class DetrLite(nn.Module):
 
 def detr_lite():
     return DetrLite()
+
+
+# ---- recurrent: an LSTM language model and a CRNN-style text recogniser -------------------------
+class LSTMLM(nn.Module):
+    def __init__(self, vocab=10000, d=256, h=512):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, h, 2, batch_first=True)
+        self.out = nn.Linear(h, vocab)
+
+    def forward(self, ids):
+        y, _ = self.lstm(self.emb(ids))
+        return self.out(y)
+
+
+def lstm_lm():
+    """Token ids: ``--input-shape "35:int64:10000"`` (a 2-layer LSTM of 512 over 35 steps)."""
+    return LSTMLM()
+
+
+class CRNN(nn.Module):
+    def __init__(self, classes=37):
+        super().__init__()
+        def cbr(i, o):
+            return [nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU()]
+        self.cnn = nn.Sequential(*cbr(1, 64), nn.MaxPool2d(2), *cbr(64, 128), nn.MaxPool2d(2),
+                                 *cbr(128, 256), *cbr(256, 256), nn.MaxPool2d((2, 1)),
+                                 *cbr(256, 256), nn.MaxPool2d((4, 1)))
+        self.rnn = nn.LSTM(256, 128, 2, bidirectional=True)
+        self.fc = nn.Linear(256, classes)
+
+    def forward(self, x):  # (N, 1, 32, W)
+        f = self.cnn(x).squeeze(2).permute(2, 0, 1)  # (W/4, N, 256)
+        y, _ = self.rnn(f)
+        return self.fc(y).log_softmax(-1)
+
+
+def crnn():
+    """Text-line images: ``--input-shape 1,32,128`` (conv stack, 2-layer bidirectional LSTM over
+    32 columns, log-softmax per column as for CTC)."""
+    return CRNN()
