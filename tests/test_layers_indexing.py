@@ -154,3 +154,16 @@ def test_fold_rejects_a_wrong_block_count(backend):
                                 "padding=(1,1) stride=(2,2) $input=0")
     with pytest.raises(ShapeError, match=r"F\.fold.*\(N, C\*9, 12\)"):
         layer(backend.asarray(t2n(_r(2, 18, 10))))
+
+
+@pytest.mark.parametrize("expr,needle", [
+    ("[None,[1,2]", "bad index expression"),
+    ("[None,[1.5,2]]", "unsupported index item"),
+    ("[None,[1,True]]", "mixes booleans and integers"),
+    ("[None,add(@0,1)]", "unsupported index item"),
+])
+def test_bad_constant_index_lists_are_refused_at_build(backend, expr, needle):
+    from kuiper_xp.errors import LayerParameterError
+
+    with pytest.raises(LayerParameterError, match=needle):
+        make_layer(backend, f"Tensor.index idx 1 1 0 1 expr={expr}")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.errors import ExpressionError, LayerParameterError, ShapeError
 from kuiper_xp.expression import parse
 
 from .base import BuildContext, Layer
@@ -160,11 +160,10 @@ class Index(Layer):
                 raise LayerParameterError(f"{op.where}: needs the indices (an expr parameter or input)")
             text = expression_text(op.params["expr"])
             try:
-                const = _literal(parse(text), op.where)
-            except LayerParameterError:
-                raise
-            except Exception as exc:  # the parser's own error, with the text
+                tree = parse(text)
+            except ExpressionError as exc:
                 raise LayerParameterError(f"{op.where}: bad index expression {text!r}: {exc}") from None
+            const = _literal(tree, op.where)
             if not isinstance(const, list):
                 const = [const]
         return cls(ctx, const, pos, op.where)

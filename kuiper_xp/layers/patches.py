@@ -48,6 +48,12 @@ class _Windows(Layer):
         return cls(ctx, _pair(op, "kernel_size"), _pair(op, "dilation", 1), _pair(op, "padding", 0),
                    _pair(op, "stride", 1), op.where, out)
 
+    def _tap(self, i: int, j: int, ho: int, wo: int) -> tuple[slice, slice]:
+        """The rows and columns of the padded image that kernel tap (i, j) reads for the
+        ``ho x wo`` blocks."""
+        (dh, dw), (sh, sw) = self.dilation, self.stride
+        return (slice(i * dh, i * dh + sh * (ho - 1) + 1, sh), slice(j * dw, j * dw + sw * (wo - 1) + 1, sw))
+
     def _blocks(self, h: int, w: int) -> tuple[int, int]:
         (kh, kw), (dh, dw), (ph, pw), (sh, sw) = self.kernel, self.dilation, self.padding, self.stride
         ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
@@ -69,13 +75,12 @@ class Unfold(_Windows):
         if ho < 1 or wo < 1:
             raise ShapeError(f"{self.where}: kernel {self.kernel} (dilation {self.dilation}, padding "
                              f"{self.padding}) does not fit the input's {h}x{w}")
-        (kh, kw), (dh, dw), (ph, pw), (sh, sw) = self.kernel, self.dilation, self.padding, self.stride
+        (kh, kw), (ph, pw) = self.kernel, self.padding
         if ph or pw:
             xpad = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=x.dtype, device=self.device)
             xpad[:, :, ph:ph + h, pw:pw + w] = x
             x = xpad
-        taps = [x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
-                for i in range(kh) for j in range(kw)]
+        taps = [x[(slice(None), slice(None)) + self._tap(i, j, ho, wo)] for i in range(kh) for j in range(kw)]
         y = xp.reshape(xp.stack(taps, axis=2), (n, c * kh * kw, ho * wo))
         return y[0] if unbatched else y
 
@@ -87,7 +92,7 @@ class Fold(_Windows):
         unbatched = x.ndim == 2
         if unbatched:
             x = x[None]
-        (kh, kw), (dh, dw), (ph, pw), (sh, sw) = self.kernel, self.dilation, self.padding, self.stride
+        (kh, kw), (ph, pw) = self.kernel, self.padding
         h, w = self.output_size
         ho, wo = self._blocks(h, w)
         if x.ndim != 3 or x.shape[1] % (kh * kw) or x.shape[2] != ho * wo:
@@ -98,8 +103,7 @@ class Fold(_Windows):
         y = xp.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=x.dtype, device=self.device)
         for i in range(kh):
             for j in range(kw):
-                key = (slice(None), slice(None), slice(i * dh, i * dh + sh * (ho - 1) + 1, sh),
-                       slice(j * dw, j * dw + sw * (wo - 1) + 1, sw))
+                key = (slice(None), slice(None)) + self._tap(i, j, ho, wo)
                 y[key] = y[key] + cols[:, :, i, j, ...]
         y = y[:, :, ph:ph + h, pw:pw + w]
         return y[0] if unbatched else y
