@@ -167,3 +167,13 @@ def test_bad_constant_index_lists_are_refused_at_build(backend, expr, needle):
 
     with pytest.raises(LayerParameterError, match=needle):
         make_layer(backend, f"Tensor.index idx 1 1 0 1 expr={expr}")
+
+
+def test_list_unpack_checks_the_item_count(backend):
+    layer = make_layer(backend, "prim::ListUnpack u 1 2 0 1 2")
+    a = backend.asarray(np.zeros(2, np.float32))
+    assert len(layer([a, a])) == 2
+    with pytest.raises(ShapeError, match=r"a list of 3 items for 2 outputs"):
+        layer([a, a, a])
+    with pytest.raises(ShapeError, match=r"expected a list"):
+        layer(a)

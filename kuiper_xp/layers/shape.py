@@ -424,10 +424,15 @@ class Chunk(_Split):
         return cls(ctx, op.param("dim", int, 0), len(op.outputs), chunks)
 
     def _bounds(self, n: int) -> list[tuple[int, int]]:
-        if n == 0:
-            return [(0, 0)] * self.chunks
-        step = -(-n // self.chunks)
-        return [(a, min(a + step, n)) for a in range(0, n, step)]
+        return chunk_bounds(n, self.chunks)
+
+
+def chunk_bounds(n: int, chunks: int) -> list[tuple[int, int]]:
+    """torch.chunk's pieces of a dim of size n: ceil(n / chunks) each, the last smaller."""
+    if n == 0:
+        return [(0, 0)] * chunks
+    step = -(-n // chunks)
+    return [(a, min(a + step, n)) for a in range(0, n, step)]
 
 
 @register("aten::unsafe_chunk", "aten::chunk")
@@ -441,10 +446,8 @@ class AtenChunk(ShapeLayer):
         if k < 1:
             raise ShapeError(f"{self.who}: chunks={k} should be >= 1")
         d = norm_dim(d, x.ndim, self.who)
-        n = x.shape[d]
-        step = max(1, -(-n // k))
         head = (slice(None),) * d
-        return [x[head + (slice(a, min(a + step, n)),)] for a in range(0, n, step)] or [x]
+        return [x[head + (slice(a, b),)] for a, b in chunk_bounds(x.shape[d], k)]
 
 
 @register("prim::ListUnpack")
@@ -452,10 +455,20 @@ class ListUnpack(ShapeLayer):
     """The items of a list value (``aten::unsafe_chunk``'s pieces, a list expression) as the
     operator's outputs; their number must match."""
 
-    def forward(self, items: Any) -> tuple[Any, ...]:
+    def __init__(self, ctx: BuildContext, n_out: int):
+        super().__init__(ctx)
+        self.n_out = n_out
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        return cls(ctx, len(op.outputs))
+
+    def forward(self, items: Any) -> Any:
         if not isinstance(items, (list, tuple)):
             raise ShapeError(f"{self.who}: expected a list to unpack, found {type(items).__name__}")
-        return tuple(items)
+        if len(items) != self.n_out:
+            raise ShapeError(f"{self.who}: a list of {len(items)} items for {self.n_out} outputs")
+        return items[0] if self.n_out == 1 else tuple(items)
 
 
 @register("torch.split", "Tensor.split", "Tensor.split_with_sizes", "torch.split_with_sizes")
