@@ -7,6 +7,7 @@ from . import (  # noqa: F401  (imported for their @register side effects)
     activation,
     attention,
     conv,
+    conv3d,
     core,
     distance,
     expression,

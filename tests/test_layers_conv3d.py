@@ -1,0 +1,155 @@
+"""3-D layers (kuiper_xp/layers/conv3d.py) against torch through pnnx exports, on every backend
+leg: Conv3d (stride, padding incl. "same" and the padding modes, dilation, groups, depthwise, no
+bias, BatchNorm3d folded), ConvTranspose3d (output_padding, groups, dilation), max / average
+pooling (ceil_mode, padding, count_include_pad, divisor_override), adaptive pooling (sizes that
+do not divide, kept sizes, the functional max with its indices), a small video classifier; and
+the errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close
+from test_layers_misc import export_module, make_layer, t2n
+from torch import nn
+
+import kuiper_xp
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+
+class Convs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv3d(3, 8, 3, stride=(1, 2, 2), padding=1)
+        self.bn = nn.BatchNorm3d(8)
+        self.b = nn.Conv3d(8, 8, 3, padding="same", groups=4, dilation=(2, 1, 1), bias=False,
+                           padding_mode="replicate")
+        self.c = nn.Conv3d(8, 8, (3, 1, 3), stride=(2, 1, 1), padding=(1, 0, 2), groups=8)  # depthwise
+        self.d = nn.Conv3d(8, 6, 2, dilation=2, padding=(0, 1, 1), padding_mode="circular")
+        self.e = nn.Conv3d(8, 4, (1, 3, 3), padding=(0, 1, 1), padding_mode="reflect", bias=False)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.a(x)))
+        return self.b(y), self.c(y), self.d(y), self.e(y)
+
+
+class Transposed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.ConvTranspose3d(6, 4, 2, 2)
+        self.b = nn.ConvTranspose3d(6, 4, 3, stride=(2, 1, 2), padding=1, output_padding=(1, 0, 1), groups=2)
+        self.c = nn.ConvTranspose3d(6, 3, (2, 3, 3), dilation=(2, 1, 1), bias=False)
+
+    def forward(self, x):
+        return self.a(x), self.b(x), self.c(x)
+
+
+class Pools(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mp = nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1), ceil_mode=True)
+        self.mpd = nn.MaxPool3d(2, 1, dilation=(2, 1, 2))
+        self.ap = nn.AvgPool3d(3, 2, 1, ceil_mode=True, count_include_pad=False)
+        self.apd = nn.AvgPool3d((2, 3, 2), (1, 2, 2), (1, 1, 0), divisor_override=5)
+        self.aap = nn.AdaptiveAvgPool3d((2, None, 3))
+        self.amp = nn.AdaptiveMaxPool3d((3, 2, 2))
+
+    def forward(self, x):
+        return (self.mp(x), self.mpd(x), self.ap(x), self.apd(x), F.avg_pool3d(x, 2), F.max_pool3d(x, 3, 2, 1),
+                self.aap(x), self.amp(x), F.adaptive_avg_pool3d(x, 1), F.adaptive_max_pool3d(x, (2, 3, 2)))
+
+
+class Video(nn.Module):
+    """C3D-like: Conv3d-BN-ReLU, MaxPool3d, Conv3d, AdaptiveAvgPool3d, flatten, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv3d(3, 16, 3, padding=1), nn.BatchNorm3d(16), nn.ReLU(),
+                               nn.MaxPool3d((1, 2, 2)), nn.Conv3d(16, 32, 3, padding=1), nn.ReLU(),
+                               nn.MaxPool3d(2), nn.AdaptiveAvgPool3d(1), nn.Flatten(), nn.Linear(32, 5))
+
+    def forward(self, x):
+        return self.f(x)
+
+
+def _randomise_bn(module):
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.BatchNorm3d):
+                m.running_mean.copy_(torch.rand(m.num_features, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+    return module.eval()
+
+
+CASES = {
+    "convs": (Convs, (2, 3, 5, 9, 8)),
+    "transposed": (Transposed, (2, 6, 3, 4, 5)),
+    "pools": (Pools, (2, 3, 7, 9, 8)),
+    "video": (Video, (2, 3, 4, 16, 16)),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            torch.manual_seed(0)
+            cls, shape = CASES[name]
+            module = _randomise_bn(cls())
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+            cache[name] = export_module(module, (x,), tmp_path_factory.mktemp(name)), module, x
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_torch(name, backend, exported):
+    param, module, x = exported(name)
+    with torch.no_grad():
+        want = module(x)
+    want = want if isinstance(want, tuple) else (want,)
+    got = kuiper_xp.load(param, backend=backend)(t2n(x))
+    assert len(got) == len(want)
+    for k, (a, e) in enumerate(zip(got, want)):
+        assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+
+
+def test_the_exports_have_the_3d_operators(exported):
+    text = "".join(exported(n)[0].read_text() for n in CASES)
+    for t in ("nn.Conv3d", "padding_mode=replicate", "padding_mode=circular", "padding_mode=reflect",
+              "nn.ConvTranspose3d", "nn.MaxPool3d", "nn.AvgPool3d", "divisor_override=5", "F.avg_pool3d",
+              "F.max_pool3d", "nn.AdaptiveAvgPool3d", "nn.AdaptiveMaxPool3d", "F.adaptive_avg_pool3d",
+              "F.adaptive_max_pool3d", "return_indices=True", "padding=(1,1,1,1,2,2)"):
+        assert t in text, f"pnnx no longer writes {t!r}"
+
+
+def test_unbatched_input(backend, exported):
+    """(C, D, H, W) gives what the same sample as a batch of one gives, for a convolution and a
+    pool."""
+    param, _, x = exported("video")
+    g = kuiper_xp.load(param, backend=backend)
+    for t in ("nn.Conv3d", "nn.MaxPool3d"):
+        layer = next(r.layer for r in g.execution_order if r.type == t)
+        one = layer(backend.asarray(t2n(x[0])))
+        assert tuple(one.shape) == tuple(layer(backend.asarray(t2n(x[:1]))).shape[1:])
+        assert_close(one, backend.to_numpy(layer(backend.asarray(t2n(x[:1]))))[0], rtol=1e-6, what=t)
+
+
+def test_errors_name_the_operator(backend, exported):
+    param, _, x = exported("video")
+    g = kuiper_xp.load(param, backend=backend)
+    conv = next(r.layer for r in g.execution_order if r.type == "nn.Conv3d")
+    with pytest.raises(ShapeError, match=r"nn.Conv3d.*input has 4 channels.*expects 3"):
+        conv(backend.asarray(np.zeros((1, 4, 4, 8, 8), np.float32)))
+    with pytest.raises(ShapeError, match=r"expects a 5-D input"):
+        conv(backend.asarray(np.zeros((4, 8, 8), np.float32)))
+    with pytest.raises(LayerParameterError, match=r"return_indices=True is not supported"):
+        make_layer(backend, "nn.MaxPool3d mp 1 1 0 1 ceil_mode=False dilation=(1,1,1) kernel_size=(2,2,2) "
+                            "padding=(0,0,0) return_indices=True stride=(2,2,2)")
+    with pytest.raises(LayerParameterError, match=r"padding at most half"):
+        make_layer(backend, "nn.AvgPool3d ap 1 1 0 1 kernel_size=(2,2,2) padding=(2,0,0) stride=(1,1,1)")
