@@ -18,7 +18,8 @@ built in forward), ``bert_tokens`` (token ids and an attention mask, ``--input-s
 "128:int64:30522;128:int64:2"``) and ``gpt`` (a causal decoder on embeddings, ``--input-shape
 128,384``: the mask from torch.tril and masked_fill). Recurrent: ``lstm_lm`` (an LSTM language
 model on token ids, ``--input-shape "35:int64:10000"``) and ``crnn`` (a CRNN text recogniser:
-conv stack, bidirectional LSTM, ``--input-shape 1,32,128``)."""
+conv stack, bidirectional LSTM, ``--input-shape 1,32,128``). Video: ``c3d_lite`` (Conv3d stages,
+``--input-shape 3,8,112,112``)."""
 import math
 
 import torch
@@ -502,3 +503,13 @@ def crnn():
     """Text-line images: ``--input-shape 1,32,128`` (conv stack, 2-layer bidirectional LSTM over
     32 columns, log-softmax per column as for CTC)."""
     return CRNN()
+
+
+# ---- C3D-style video classifier (Conv3d-BN-ReLU-MaxPool3d stages) ---------------------------------
+def c3d_lite():
+    """Clips: ``--input-shape 3,8,112,112`` (8 frames of 112x112)."""
+    def block(i, o, pool):
+        return [nn.Conv3d(i, o, 3, padding=1), nn.BatchNorm3d(o), nn.ReLU(), nn.MaxPool3d(pool)]
+    return nn.Sequential(*block(3, 32, (1, 2, 2)), *block(32, 64, 2), *block(64, 128, 2),
+                         nn.Conv3d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
+                         nn.Linear(128, 10))

@@ -20,8 +20,9 @@ pnnx spellings (torch 2.13 exports):
   ``d*H*W + h*W + w`` indices).
 
 Everything runs through the 2-D code, so the numpy fast paths (GEMM, Winograd, pooling blocks)
-serve it too: a 3-D convolution is the sum over its kd depth taps of a 2-D convolution of the
-matching depth slices (batched as N*Do images); a transposed one adds each depth tap's 2-D
+serve it too: a 3-D convolution is one 2-D convolution of the (N*Do) stacks of its kd depth
+slices, the depth taps folded into the channels (a depthwise one: the sum over its depth taps of
+2-D depthwise convolutions); a transposed one adds each depth tap's 2-D
 transposed convolution into every sd-th output slice. Max and average pooling are separable
 over a box window (the average's divisor, with or without the padding, is a product of per-axis
 counts): a 2-D pool over (H, W), then a (kd, 1) pool over (D, H*W).
@@ -74,14 +75,24 @@ class Conv3d(Layer):
         self.in_channels = cg * groups
         hw_pads = padding[1:] if mode == "zeros" else ((0, 0), (0, 0))
         plan = getattr(ctx.fast, "conv2d_plan", None)
-        # one 2-D convolution per depth tap: a fast plan where the backend has them
+        xp = ctx.xp
+        # the depth taps folded into the channels: one 2-D convolution of (N*Do, C*kd, H, W)
+        # stacks of depth slices with the (O, C/g*kd, kh, kw) weight, its bias inside (one GEMM or
+        # Winograd of the whole 3-D reduction, no per-tap sums); depthwise convolutions instead
+        # run one depthwise 2-D convolution per depth tap and add them up
+        self.folded = not (cg == 1 and groups > 1)
+        if self.folded:
+            ws = [xp.reshape(weight, (o, cg * kd, kh, kw))]
+            biases = [bias]
+        else:
+            ws = [weight[:, :, a, ...] for a in range(kd)]
+            biases = [None] * kd
         self.taps = []
-        for a in range(kd):
-            w2 = weight[:, :, a, ...]
-            p = None if plan is None else plan(w2, None, stride=stride[1:], dilation=dilation[1:], groups=groups,
+        for w2, b2 in zip(ws, biases):
+            p = None if plan is None else plan(w2, b2, stride=stride[1:], dilation=dilation[1:], groups=groups,
                                                pads=hw_pads)
             self.taps.append(p if p is not None else (
-                lambda x4, w2=w2: fn.conv2d(x4, w2, None, stride[1:], hw_pads, dilation[1:], groups, xp=self.xp)))
+                lambda x4, w2=w2, b2=b2: fn.conv2d(x4, w2, b2, stride[1:], hw_pads, dilation[1:], groups, xp=self.xp)))
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -134,13 +145,19 @@ class Conv3d(Layer):
         do = (dp - dd * (kd - 1) - 1) // sd + 1
         if do <= 0:
             raise ShapeError(f"{self.where}: output depth would be empty for input {tuple(x.shape)} (padded)")
-        y = None
-        for a, tap in enumerate(self.taps):
-            t = tap(_depth_slices(xp, x, a, dd, sd, do))
-            y = t if y is None else y + t
+        if self.folded:
+            c = x.shape[1]
+            stack = xp.stack([xp.permute_dims(x[:, :, a * dd: a * dd + sd * (do - 1) + 1: sd, ...], (0, 2, 1, 3, 4))
+                              for a in range(kd)], axis=3)  # (N, Do, C, kd, H, W)
+            y = self.taps[0](xp.reshape(stack, (n * do, c * kd, hp, wp)))
+        else:
+            y = None
+            for a, tap in enumerate(self.taps):
+                t = tap(_depth_slices(xp, x, a, dd, sd, do))
+                y = t if y is None else y + t
         o, ho, wo = y.shape[1], y.shape[2], y.shape[3]
         y = xp.permute_dims(xp.reshape(y, (n, do, o, ho, wo)), (0, 2, 1, 3, 4))
-        if self.bias is not None:
+        if self.bias is not None and not self.folded:
             y = y + xp.reshape(self.bias, (1, o, 1, 1, 1))
         return y[0, ...] if unbatched else y
 
