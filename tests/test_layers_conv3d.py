@@ -32,7 +32,7 @@ class Convs(nn.Module):
 
     def forward(self, x):
         y = F.relu(self.bn(self.a(x)))
-        return self.b(y), self.c(y), self.d(y), self.e(y)
+        return self.b(y), F.relu6(self.c(y)), self.d(y), self.e(y)  # (ReLU6 folded into the depthwise one)
 
 
 class Transposed(nn.Module):
@@ -126,6 +126,14 @@ def test_the_exports_have_the_3d_operators(exported):
               "F.max_pool3d", "nn.AdaptiveAvgPool3d", "nn.AdaptiveMaxPool3d", "F.adaptive_avg_pool3d",
               "F.adaptive_max_pool3d", "return_indices=True", "padding=(1,1,1,1,2,2)"):
         assert t in text, f"pnnx no longer writes {t!r}"
+
+
+def test_activations_are_folded_into_the_convolutions(exported):
+    param = exported("convs")[0]
+    g = kuiper_xp.load(param)
+    fused = {a for _, a in g.fused}
+    acts = {r.name for r in g.operators if r.type in ("F.relu", "F.relu6", "F.hardtanh", "nn.ReLU")}
+    assert acts and acts <= fused, (acts, g.fused)
 
 
 def test_unbatched_input(backend, exported):

@@ -35,7 +35,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
-from .base import BuildContext, Layer
+from .base import BuildContext, FusesActivation, Layer
 from .registry import register
 
 
@@ -65,7 +65,10 @@ def _depth_slices(xp: Any, x: Any, a: int, dd: int, sd: int, do: int) -> Any:
 
 
 @register("nn.Conv3d")
-class Conv3d(Layer):
+class Conv3d(FusesActivation, Layer):
+    """The runtime may fold the following activation in (applied to the fresh output before its
+    axes are put back in (N, C, D, H, W) order)."""
+
     def __init__(self, ctx: BuildContext, weight: Any, bias: Any, stride, padding, dilation, groups: int,
                  mode: str, where: str):
         super().__init__(ctx)
@@ -156,9 +159,10 @@ class Conv3d(Layer):
                 t = tap(_depth_slices(xp, x, a, dd, sd, do))
                 y = t if y is None else y + t
         o, ho, wo = y.shape[1], y.shape[2], y.shape[3]
-        y = xp.permute_dims(xp.reshape(y, (n, do, o, ho, wo)), (0, 2, 1, 3, 4))
         if self.bias is not None and not self.folded:
-            y = y + xp.reshape(self.bias, (1, o, 1, 1, 1))
+            y = y + xp.reshape(self.bias, (1, o, 1, 1))
+        y = self._activate(y)
+        y = xp.permute_dims(xp.reshape(y, (n, do, o, ho, wo)), (0, 2, 1, 3, 4))
         return y[0, ...] if unbatched else y
 
 
