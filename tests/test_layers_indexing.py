@@ -1,5 +1,5 @@
-"""Less common operators: advanced indexing (Tensor.index), one_hot, scatter, distances (cosine
-similarity, pairwise distance, cdist), unfold/fold, LocalResponseNorm, var_mean/std_mean,
+"""Less common operators: advanced indexing (Tensor.index), one_hot, scatter, embedding_bag,
+bilinear, distances (cosine similarity, pairwise distance, cdist), unfold/fold, LocalResponseNorm, var_mean/std_mean,
 grid_sample/affine_grid (every mode, padding and align_corners) and the list-valued chunk of
 traced RNN cells (aten::unsafe_chunk + prim::ListUnpack): pnnx exports of small torch modules
 run on every backend leg and compared with torch; plus the errors a bad index gets."""
@@ -83,6 +83,13 @@ CASES = {
             {"F.grid_sample", "F.affine_grid"}),
     "affine_grid_corners": (Fn(lambda s, t: F.affine_grid(t, (1, 2, 4, 7), align_corners=True)),
                             (torch.tensor([[[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]]]),), {"F.affine_grid"}),
+    "embedding_bag": (Fn(lambda s, ids: (s.m[0](ids), s.m[1](ids), s.m[2](ids)),
+                         nn.EmbeddingBag(10, 4, mode="mean"), nn.EmbeddingBag(10, 4, mode="sum", padding_idx=2),
+                         nn.EmbeddingBag(10, 4, mode="max")),
+                      (torch.tensor([[1, 2, 4], [2, 2, 2], [9, 0, 2]]),),  # (the middle bag is all padding)
+                      {"aten::embedding_bag", "aten::numel"}),
+    "bilinear": (Fn(lambda s, a, b: (s.m[0](a, b), s.m[1](a, a)), nn.Bilinear(4, 5, 3), nn.Bilinear(4, 4, 2, bias=False)),
+                 (_r(2, 7, 4), _r(2, 7, 5, seed=1)), {"aten::bilinear"}),
     "gru_cell": (Fn(lambda s, x, h: s.m[0](x, h), nn.GRUCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1)),
                  {"aten::unsafe_chunk", "prim::ListUnpack"}),
     "lstm_cell": (Fn(lambda s, x, h, c: s.m[0](x, (h, c)), nn.LSTMCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1), _r(2, 6, seed=2)),

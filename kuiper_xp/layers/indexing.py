@@ -1,5 +1,6 @@
 """Advanced indexing and index-built tensors: ``Tensor.index`` (``x[:, idx]``, ``x[i, j]``,
-``x[..., mask]``), ``aten::one_hot`` and ``aten::scatter``.
+``x[..., mask]``), ``aten::one_hot``, ``aten::scatter``, ``aten::embedding_bag`` (with the
+``aten::numel`` its 2-D form needs).
 
 pnnx spellings (torch 2.13 exports):
 
@@ -280,3 +281,76 @@ class Scatter(Layer):
         out = xp.asarray(x, copy=True)
         out[region] = new
         return out
+
+
+@register("aten::numel")
+class Numel(Layer):
+    """The number of elements of the input, as a 0-d int64 array (``x.numel()``)."""
+
+    def forward(self, x: Any) -> Any:
+        return self.xp.asarray(math.prod(x.shape), dtype=self.xp.int64, device=self.device)
+
+
+@register("aten::embedding_bag")
+class EmbeddingBag(Layer):
+    """``nn.EmbeddingBag`` as pnnx leaves it: ``aten::embedding_bag pnnx_22 9 4 weight indices
+    offsets scale_grad_by_freq mode sparse per_sample_weights include_last_offset padding_idx``
+    (the flags from constant expressions; a 2-D input arrives flattened, with offsets from
+    ``torch.arange``), results (output, offset2bag, bag_size, max_indices). Modes 0 sum, 1 mean,
+    2 max; entries equal to ``padding_idx`` are left out of their bag; an empty bag gives zeros.
+    Bags are reduced through a (bags, indices) membership matrix: one product for sum and mean.
+    (pnnx 20261020 writes no file for a call with explicit offsets; the 2-D form exports.)"""
+
+    def __init__(self, ctx: BuildContext, n_out: int, where: str):
+        super().__init__(ctx)
+        self.n_out, self.where = n_out, where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 9 or not 1 <= len(op.outputs) <= 4:
+            raise LayerParameterError(f"{op.where}: expected 9 inputs and up to 4 outputs, found "
+                                      f"{len(op.inputs)} and {len(op.outputs)}")
+        return cls(ctx, len(op.outputs), op.where)
+
+    def forward(self, weight, indices, offsets, _scale, mode, _sparse, psw, include_last, padding_idx):
+        xp = self.xp
+        mode = to_int(mode, "mode")
+        if mode not in (0, 1, 2):
+            raise ShapeError(f"{self.where}: mode={mode}, expected 0 (sum), 1 (mean) or 2 (max)")
+        if indices.ndim != 1 or offsets.ndim != 1:
+            raise ShapeError(f"{self.where}: expected 1-D indices and offsets, found {tuple(indices.shape)} "
+                             f"and {tuple(offsets.shape)}")
+        num, length = weight.shape[0], indices.shape[0]
+        idx = xp.astype(indices, xp.int64)
+        if length and (int(xp.min(idx)) < 0 or int(xp.max(idx)) >= num):
+            raise ShapeError(f"{self.where}: indices must be in [0, {num}), found "
+                             f"{int(xp.min(idx))}..{int(xp.max(idx))}")
+        offs = xp.astype(offsets, xp.int64)
+        if include_last is not None and bool(to_int(include_last, "include_last_offset")):
+            offs = offs[:-1]
+        bags = offs.shape[0]
+        pos = xp.arange(length, dtype=xp.int64, device=self.device)
+        bag_of = xp.searchsorted(offs, pos, side="right") - 1  # offset2bag
+        member = bag_of[None, :] == xp.arange(bags, dtype=xp.int64, device=self.device)[:, None]
+        if padding_idx is not None and to_int(padding_idx, "padding_idx") >= 0:
+            member = member & (idx != to_int(padding_idx, "padding_idx"))[None, :]
+        rows = xp.take(weight, idx, axis=0)  # (L, E)
+        if psw is not None:
+            if mode != 0:
+                raise ShapeError(f"{self.where}: per_sample_weights needs mode sum")
+            rows = rows * xp.reshape(xp.astype(psw, rows.dtype), (-1, 1))
+        count = xp.sum(xp.astype(member, xp.int64), axis=1)
+        if mode == 2:
+            big = xp.where(member[:, :, None], rows[None, :, :], xp.asarray(-xp.inf, dtype=rows.dtype, device=self.device))
+            out = xp.where((count > 0)[:, None], xp.max(big, axis=1), xp.zeros_like(big[:, 0, :]))
+            best = xp.astype(xp.argmax(big, axis=1), xp.int64)  # position in indices
+            # max_indices: the weight row each maximum came from
+            extra = xp.where((count > 0)[:, None], xp.reshape(xp.take(idx, xp.reshape(best, (-1,)), axis=0), best.shape),
+                             xp.zeros_like(best))
+        else:
+            out = self.matmul(xp.astype(member, rows.dtype), rows)
+            if mode == 1:
+                out = out / xp.reshape(xp.astype(xp.clip(count, min=1), rows.dtype), (-1, 1))
+            extra = xp.zeros((bags,), dtype=xp.int64, device=self.device)
+        results = (out, bag_of, count, extra)
+        return results[0] if self.n_out == 1 else results[:self.n_out]

@@ -159,3 +159,38 @@ class Identity(Layer):
 
     def forward(self, *inputs: Any) -> Any:
         return inputs[0]
+
+
+@register("aten::bilinear")
+class Bilinear(Layer):
+    """``nn.Bilinear`` / ``F.bilinear``: ``y[..., o] = x1[..., i] W[o, i, j] x2[..., j] + b[o]``.
+    pnnx leaves it as ``aten::bilinear pnnx_0 4 1 x1 x2 weight bias`` (weight and bias from
+    ``pnnx.Attribute`` ops; a missing bias is a None input). Computed as one product of x1 with
+    the weight laid out (I, O*J), then a multiply by x2 and a sum over J."""
+
+    def __init__(self, ctx: BuildContext, where: str):
+        super().__init__(ctx)
+        self.where = where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) not in (3, 4):
+            raise LayerParameterError(f"{op.where}: expected inputs (x1, x2, weight, bias), found {len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def forward(self, x1: Any, x2: Any, weight: Any, bias: Any = None) -> Any:
+        xp = self.xp
+        if weight.ndim != 3 or x1.shape[-1] != weight.shape[1] or x2.shape[-1] != weight.shape[2]:
+            raise ShapeError(f"{self.where}: inputs {tuple(x1.shape)} and {tuple(x2.shape)} do not fit the "
+                             f"weight {tuple(weight.shape)} (out, in1, in2)")
+        if tuple(x1.shape[:-1]) != tuple(x2.shape[:-1]):
+            raise ShapeError(f"{self.where}: inputs {tuple(x1.shape)} and {tuple(x2.shape)} differ outside "
+                             f"the last dimension")
+        o, i, j = weight.shape
+        lead = tuple(x1.shape[:-1])
+        w = xp.reshape(xp.permute_dims(weight, (1, 0, 2)), (i, o * j))
+        z = xp.reshape(self.matmul(xp.reshape(x1, (-1, i)), w), (-1, o, j))
+        y = xp.sum(z * xp.reshape(x2, (-1, 1, j)), axis=2)
+        if bias is not None:
+            y = y + bias
+        return xp.reshape(y, lead + (o,))
