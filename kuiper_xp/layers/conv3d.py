@@ -50,6 +50,18 @@ def _triple(op, key: str, default: int | None) -> tuple[int, int, int]:
     return int(v[0]), int(v[1]), int(v[2])
 
 
+def _weight_bias_groups(op, ctx: BuildContext) -> tuple[Any, Any, int]:
+    """The 5-D ``@weight``, the ``@bias`` (None without one) and ``groups`` (at least 1)."""
+    weight = op.weight("weight", ctx)
+    if weight.ndim != 5:
+        raise LayerParameterError(f"{op.where}: weight should be 5-D, found shape {tuple(weight.shape)}")
+    bias = op.weight("bias", ctx) if op.param("bias", bool, default=True) and "bias" in op.attrs else None
+    groups = op.param("groups", int, default=1)
+    if groups < 1:
+        raise LayerParameterError(f"{op.where}: groups={groups} must be at least 1")
+    return weight, bias, groups
+
+
 def _as5d(layer: Layer, x: Any) -> tuple[Any, bool]:
     if x.ndim not in (4, 5):
         raise ShapeError(f"{layer.op_type} {layer.op_name!r}: expects a 5-D input (N, C, D, H, W) or "
@@ -99,13 +111,9 @@ class Conv3d(FusesActivation, Layer):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        weight = op.weight("weight", ctx)
-        if weight.ndim != 5:
-            raise LayerParameterError(f"{op.where}: weight should be 5-D, found shape {tuple(weight.shape)}")
-        bias = op.weight("bias", ctx) if op.param("bias", bool, default=True) and "bias" in op.attrs else None
-        groups = op.param("groups", int, default=1)
+        weight, bias, groups = _weight_bias_groups(op, ctx)
         o, cg = weight.shape[:2]
-        if groups < 1 or o % groups or (op.has_param("in_channels") and op.param("in_channels", int) != cg * groups):
+        if o % groups or (op.has_param("in_channels") and op.param("in_channels", int) != cg * groups):
             raise LayerParameterError(f"{op.where}: weight {tuple(weight.shape)} does not fit groups={groups}")
         stride, dilation = _triple(op, "stride", 1), _triple(op, "dilation", 1)
         kernel = tuple(weight.shape[2:])
@@ -186,12 +194,8 @@ class ConvTranspose3d(Layer):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        weight = op.weight("weight", ctx)
-        if weight.ndim != 5:
-            raise LayerParameterError(f"{op.where}: weight should be 5-D, found shape {tuple(weight.shape)}")
-        bias = op.weight("bias", ctx) if op.param("bias", bool, default=True) and "bias" in op.attrs else None
-        groups = op.param("groups", int, default=1)
-        if groups < 1 or weight.shape[0] % groups:
+        weight, bias, groups = _weight_bias_groups(op, ctx)
+        if weight.shape[0] % groups:
             raise LayerParameterError(f"{op.where}: weight {tuple(weight.shape)} does not fit groups={groups}")
         stride, padding = _triple(op, "stride", 1), _triple(op, "padding", 0)
         output_padding, dilation = _triple(op, "output_padding", 0), _triple(op, "dilation", 1)
