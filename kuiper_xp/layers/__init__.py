@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (imported for their @register side effects)
     reduce,
     resize,
     shape,
+    volumetric,
 )
 from .base import BuildContext, Layer
 from .registry import LayerRegistry, RegistryError, create_layer, register, registry
