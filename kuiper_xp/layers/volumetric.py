@@ -39,6 +39,8 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
+from .conv import _operand_slots as conv_operand_slots
+from .conv3d import _triple
 from .registry import register
 
 #: Largest im2col / col2im matrix (in elements) built in one piece; past it, one product per tap.
@@ -156,28 +158,10 @@ def conv_transpose3d(x: Any, weight: Any, bias: Any = None, stride: Sequence[int
 # -- parameters --------------------------------------------------------------------------------
 def _operand_slots(op) -> dict[str, int]:
     """Which input carries ``$input``, ``$weight``, ``$bias`` (unnamed ones in torch's order)."""
-    names = ("input", "weight", "bias")
-    if len(op.inputs) > len(names):
+    if len(op.inputs) > 3:
         raise LayerParameterError(f"{op.where}: takes at most 3 inputs (input, weight, bias), found "
                                   f"{len(op.inputs)}")
-    slots: dict[str, int] = {}
-    for i, key in enumerate(op.input_names or [""] * len(op.inputs)):
-        if key in names and key not in slots:
-            slots[key] = i
-    free = [k for k in names if k not in slots]
-    for i in range(len(op.inputs)):
-        if i not in slots.values() and free:
-            slots[free.pop(0)] = i
-    if "input" not in slots:
-        raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
-    return slots
-
-
-def _triple(op, key: str, default: int) -> Triple:
-    v = op.ints(key, 3, default=(default,) * 3)
-    if v is None:  # written as None / ()
-        v = (default,) * 3
-    return int(v[0]), int(v[1]), int(v[2])
+    return conv_operand_slots(op, ("input", "weight", "bias"))
 
 
 def _window_params(op) -> tuple[Triple, Triple, int]:
