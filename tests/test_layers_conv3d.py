@@ -1,7 +1,7 @@
 """3-D layers (kuiper_xp/layers/conv3d.py) against torch through pnnx exports, on every backend
 leg: Conv3d (stride, padding incl. "same" and the padding modes, dilation, groups, depthwise, no
 bias, BatchNorm3d folded), ConvTranspose3d (output_padding, groups, dilation), max / average
-pooling (ceil_mode, padding, count_include_pad, divisor_override), adaptive pooling (sizes that
+pooling (ceil_mode, padding, count_include_pad, divisor_override, max with its indices), adaptive pooling (sizes that
 do not divide, kept sizes, the functional max with its indices), a small video classifier; and
 the errors."""
 
@@ -61,6 +61,17 @@ class Pools(nn.Module):
                 self.aap(x), self.amp(x), F.adaptive_avg_pool3d(x, 1), F.adaptive_max_pool3d(x, (2, 3, 2)))
 
 
+class PoolsWithIndices(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.MaxPool3d(2, return_indices=True)
+        self.b = nn.MaxPool3d((3, 2, 3), (2, 1, 2), (1, 1, 1), dilation=(1, 2, 1), ceil_mode=True,
+                              return_indices=True)
+
+    def forward(self, x):
+        return (*self.a(x), *self.b(x), *F.max_pool3d(x, 3, 2, 1, return_indices=True))
+
+
 class Video(nn.Module):
     """C3D-like: Conv3d-BN-ReLU, MaxPool3d, Conv3d, AdaptiveAvgPool3d, flatten, Linear."""
 
@@ -88,6 +99,7 @@ CASES = {
     "convs": (Convs, (2, 3, 5, 9, 8)),
     "transposed": (Transposed, (2, 6, 3, 4, 5)),
     "pools": (Pools, (2, 3, 7, 9, 8)),
+    "pools_indices": (PoolsWithIndices, (2, 3, 7, 9, 8)),
     "video": (Video, (2, 3, 4, 16, 16)),
 }
 
@@ -156,7 +168,7 @@ def test_errors_name_the_operator(backend, exported):
         conv(backend.asarray(np.zeros((1, 4, 4, 8, 8), np.float32)))
     with pytest.raises(ShapeError, match=r"expects a 5-D input"):
         conv(backend.asarray(np.zeros((4, 8, 8), np.float32)))
-    with pytest.raises(LayerParameterError, match=r"return_indices=True is not supported"):
+    with pytest.raises(LayerParameterError, match=r"return_indices=True needs 2 output"):
         make_layer(backend, "nn.MaxPool3d mp 1 1 0 1 ceil_mode=False dilation=(1,1,1) kernel_size=(2,2,2) "
                             "padding=(0,0,0) return_indices=True stride=(2,2,2)")
     with pytest.raises(LayerParameterError, match=r"padding at most half"):

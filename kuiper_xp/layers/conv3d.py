@@ -11,7 +11,8 @@ pnnx spellings (torch 2.13 exports):
 * ``nn.ConvTranspose3d ct ... dilation=(1,1,1) groups=1 kernel_size=(2,2,2) output_padding=(0,0,0)
   padding=(0,0,0) stride=(2,2,2) @bias @weight``.
 * ``nn.MaxPool3d mp ... ceil_mode=True dilation=(1,1,1) kernel_size=(1,3,3) padding=(0,1,1)
-  return_indices=False stride=(1,2,2)``; ``F.max_pool3d ... stride=None``.
+  return_indices=False stride=(1,2,2)``; ``F.max_pool3d ... stride=None``; with
+  ``return_indices=True`` a second, int64 output of flat ``d*H*W + h*W + w`` indices.
 * ``nn.AvgPool3d ap ... ceil_mode=False count_include_pad=False divisor_override=None
   kernel_size=(2,2,2) padding=(0,0,0) stride=(2,2,2)``.
 * ``nn.AdaptiveAvgPool3d aap ... output_size=(1,0,2)`` (0: keep that size),
@@ -267,13 +268,24 @@ class _Pool3d(Layer):
 
 @register("nn.MaxPool3d", "F.max_pool3d")
 class MaxPool3d(_Pool3d):
+    """With ``return_indices`` (two outputs) also the flat ``d*H*W + h*W + w`` input index of
+    each maximum: the (H, W) pass's indices picked at the depth the second pass chose (the first
+    maximum in (d, h, w) order, as torch scans)."""
+
+    def __init__(self, ctx, kernel, stride, padding, dilation, ceil_mode, where, return_indices=False):
+        super().__init__(ctx, kernel, stride, padding, dilation, ceil_mode, where)
+        self.return_indices = return_indices
+
     @classmethod
     def from_operator(cls, op, ctx):
-        if op.param("return_indices", bool, default=False):
-            raise LayerParameterError(f"{op.where}: max_pool3d with return_indices=True is not supported")
-        return cls(ctx, *cls._window(op, True), op.param("ceil_mode", bool, default=False), op.where)
+        ri = op.param("return_indices", bool, default=False)
+        if len(op.outputs) != (2 if ri else 1):
+            raise LayerParameterError(f"{op.where}: return_indices={ri} needs {2 if ri else 1} output(s)")
+        return cls(ctx, *cls._window(op, True), op.param("ceil_mode", bool, default=False), op.where, ri)
 
     def forward(self, x: Any) -> Any:
+        if self.return_indices:
+            return self._with_indices(x)
         fast = getattr(self.backend.fast, "max_pool2d", None)
 
         def pool2d(x4, k, s, p, d):
@@ -281,6 +293,23 @@ class MaxPool3d(_Pool3d):
                 return fast(x4, k, s, p, d, self.ceil_mode)
             return fn.max_pool2d(x4, k, s, p, d, self.ceil_mode, False, xp=self.xp)
         return self._separable(x, pool2d)
+
+    def _with_indices(self, x: Any) -> tuple[Any, Any]:
+        xp = self.xp
+        x, unbatched = _as5d(self, x)
+        n, c, d, h, w = x.shape
+        (kd, kh, kw), (sd, sh, sw), (pd, ph, pw), (dd, dh, dw) = self.kernel, self.stride, self.padding, self.dilation
+        v, i_hw = fn.max_pool2d(xp.reshape(x, (n, c * d, h, w)), (kh, kw), (sh, sw), (ph, pw), (dh, dw),
+                                self.ceil_mode, True, xp=xp)
+        ho, wo = v.shape[2], v.shape[3]
+        v, i_d = fn.max_pool2d(xp.reshape(v, (n, c, d, ho * wo)), (kd, 1), (sd, 1), (pd, 0), (dd, 1),
+                               self.ceil_mode, True, xp=xp)
+        do = v.shape[2]
+        depth = i_d // (ho * wo)  # (N, C, Do, Ho*Wo): the input depth of each maximum
+        hw = xp.take_along_axis(xp.reshape(i_hw, (n, c, d, ho * wo)), xp.astype(depth, xp.int64), axis=2)
+        idx = xp.reshape(xp.astype(depth, xp.int64) * (h * w) + xp.astype(hw, xp.int64), (n, c, do, ho, wo))
+        v = xp.reshape(v, (n, c, do, ho, wo))
+        return (v[0, ...], idx[0, ...]) if unbatched else (v, idx)
 
 
 @register("nn.AvgPool3d", "F.avg_pool3d")
