@@ -177,6 +177,10 @@ class Conv3d(FusesActivation, Layer):
 
 @register("nn.ConvTranspose3d")
 class ConvTranspose3d(Layer):
+    """torch ``conv_transpose3d``: stride, padding, output_padding, dilation, groups; weight
+    ``(C_in, C_out/groups, kd, kh, kw)``; each depth tap's 2-D transposed convolution added into
+    every sd-th output slice."""
+
     def __init__(self, ctx: BuildContext, weight: Any, bias: Any, stride, padding, output_padding, dilation,
                  groups: int, where: str):
         super().__init__(ctx)
@@ -314,6 +318,9 @@ class MaxPool3d(_Pool3d):
 
 @register("nn.AvgPool3d", "F.avg_pool3d")
 class AvgPool3d(_Pool3d):
+    """torch ``avg_pool3d``: kernel, stride (None = kernel), padding, ceil_mode,
+    count_include_pad, divisor_override; separable over the box window."""
+
     def __init__(self, ctx, kernel, stride, padding, dilation, ceil_mode, where, count_include_pad, divisor):
         super().__init__(ctx, kernel, stride, padding, dilation, ceil_mode, where)
         self.count_include_pad, self.divisor = count_include_pad, divisor
@@ -380,6 +387,8 @@ class _Adaptive3d(Layer):
 
 @register("nn.AdaptiveAvgPool3d", "F.adaptive_avg_pool3d")
 class AdaptiveAvgPool3d(_Adaptive3d):
+    """torch ``adaptive_avg_pool3d`` to any output size (0 / None keeps a size); separable."""
+
     def forward(self, x: Any) -> Any:
         return self._separable(x, lambda x4, out: fn.adaptive_avg_pool2d(x4, out, xp=self.xp))
 

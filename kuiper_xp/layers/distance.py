@@ -58,7 +58,7 @@ def _broadcast(xp: Any, a: Any, b: Any, who: str) -> tuple[Any, Any]:
 
 @register("aten::cosine_similarity")
 class CosineSimilarity(Layer):
-    """Inputs (x1, x2, dim, eps)."""
+    """Cosine similarity along ``dim`` after broadcasting; inputs (x1, x2, dim, eps)."""
 
     def __init__(self, ctx: BuildContext, where: str):
         super().__init__(ctx)
@@ -110,12 +110,13 @@ class PairwiseDistance(Layer):
 
 @register("aten::cdist")
 class CDist(Layer):
+    """p-norm distance between every row of x1 (..., P, M) and of x2 (..., R, M); inputs
+    (x1, x2, p, compute_mode), compute_mode ignored."""
+
     #: rows x rows x features above which the distance is computed through a matrix product
     #: (|a|^2 + |b|^2 - 2 a.b) instead of the broadcast differences (torch switches for p = 2 from
     #: 25 rows, with the same formula)
     DIRECT_MAX = 1 << 22
-
-    """Inputs (x1, x2, p, compute_mode); compute_mode is ignored."""
 
     def __init__(self, ctx: BuildContext, where: str):
         super().__init__(ctx)

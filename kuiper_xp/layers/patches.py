@@ -63,6 +63,8 @@ class _Windows(Layer):
 
 @register("F.unfold", "nn.Unfold")
 class Unfold(_Windows):
+    """im2col: (N, C, H, W) -> (N, C*kh*kw, L), patch rows in (c, i, j) order."""
+
     def forward(self, x: Any) -> Any:
         xp = self.xp
         unbatched = x.ndim == 3
@@ -87,6 +89,8 @@ class Unfold(_Windows):
 
 @register("F.fold", "nn.Fold")
 class Fold(_Windows):
+    """col2im: (N, C*kh*kw, L) -> (N, C, H, W) of ``output_size``, overlaps summed."""
+
     def forward(self, x: Any) -> Any:
         xp = self.xp
         unbatched = x.ndim == 2
