@@ -63,6 +63,31 @@ def _weight_bias_groups(op, ctx: BuildContext) -> tuple[Any, Any, int]:
     return weight, bias, groups
 
 
+def conv3d_padding(op) -> Any:
+    """A 3-D convolution's ``padding``: "same" (left to the caller, which knows the kernel), or
+    ((d_lo, d_hi), (h_lo, h_hi), (w_lo, w_hi)) from "valid", one or three ints, or six in F.pad's
+    order (last axis first, as pnnx writes a module's "same")."""
+    raw = op.params.get("padding", 0)
+    if raw == "same":
+        return "same"
+    if raw == "valid":
+        return ((0, 0),) * 3
+    if isinstance(raw, str):
+        raise LayerParameterError(f"{op.where}: padding={raw!r} is not supported; expected 'same', "
+                                  "'valid', an int or three ints")
+    p = op.ints("padding", default=(0,))
+    p = (0,) if p is None else p
+    if len(p) == 6:
+        padding = ((p[4], p[5]), (p[2], p[3]), (p[0], p[1]))
+    elif len(p) in (1, 3):
+        padding = tuple((v, v) for v in (p * 3 if len(p) == 1 else p))
+    else:
+        raise LayerParameterError(f"{op.where}: padding={p} should be 1, 3 or 6 integers")
+    if min(min(lh) for lh in padding) < 0:
+        raise LayerParameterError(f"{op.where}: negative padding {p} is not supported")
+    return padding
+
+
 def _as5d(layer: Layer, x: Any) -> tuple[Any, bool]:
     if x.ndim not in (4, 5):
         raise ShapeError(f"{layer.op_type} {layer.op_name!r}: expects a 5-D input (N, C, D, H, W) or "
@@ -117,22 +142,9 @@ class Conv3d(FusesActivation, Layer):
         if o % groups or (op.has_param("in_channels") and op.param("in_channels", int) != cg * groups):
             raise LayerParameterError(f"{op.where}: weight {tuple(weight.shape)} does not fit groups={groups}")
         stride, dilation = _triple(op, "stride", 1), _triple(op, "dilation", 1)
-        kernel = tuple(weight.shape[2:])
-        raw = op.params.get("padding", 0)
-        if raw == "same":
-            total = [d * (k - 1) for k, d in zip(kernel, dilation)]
-            padding = tuple((t // 2, t - t // 2) for t in total)
-        elif raw == "valid":
-            padding = ((0, 0),) * 3
-        else:
-            p = op.ints("padding")
-            if len(p) == 6:  # F.pad's order: last dim first
-                padding = ((p[4], p[5]), (p[2], p[3]), (p[0], p[1]))
-            elif len(p) in (1, 3):
-                p = p * 3 if len(p) == 1 else p
-                padding = tuple((v, v) for v in p)
-            else:
-                raise LayerParameterError(f"{op.where}: padding={p} should be 1, 3 or 6 integers")
+        padding = conv3d_padding(op)
+        if padding == "same":
+            padding = fn.same_pads(tuple(weight.shape[2:]), dilation)
         mode = op.param("padding_mode", str, default="zeros")
         if mode not in ("zeros", "reflect", "replicate", "circular"):
             raise LayerParameterError(f"{op.where}: padding_mode={mode!r} is not supported")

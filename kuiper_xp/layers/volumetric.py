@@ -40,7 +40,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
 from .conv import _operand_slots as conv_operand_slots
-from .conv3d import _triple
+from .conv3d import _triple, conv3d_padding
 from .registry import register
 
 #: Largest im2col / col2im matrix (in elements) built in one piece; past it, one product per tap.
@@ -268,29 +268,9 @@ class FunctionalConv3d(_Volumetric):
         slots = _operand_slots(op)
         weight, bias = _weights(op, ctx, slots)
         stride, dilation, groups = _window_params(op)
-        raw = op.params.get("padding", 0)
-        if raw == "valid":
-            padding: Any = ((0, 0),) * 3
-        elif raw == "same":
-            if stride != (1, 1, 1):
-                raise LayerParameterError(f"{op.where}: padding='same' needs stride 1, found stride={stride}")
-            padding = "same"
-        elif isinstance(raw, str):
-            raise LayerParameterError(f"{op.where}: padding={raw!r} is not supported; expected 'same', "
-                                      "'valid', an int or three ints")
-        else:
-            p = op.ints("padding", default=(0,))
-            p = (0,) if p is None else p
-            if len(p) == 1:
-                p = p * 3
-            if len(p) == 3:
-                padding = tuple((v, v) for v in p)
-            elif len(p) == 6:  # F.pad's order, last axis first
-                padding = ((p[4], p[5]), (p[2], p[3]), (p[0], p[1]))
-            else:
-                raise LayerParameterError(f"{op.where}: padding={p} should be 1, 3 or 6 integers")
-            if min(min(lh) for lh in padding) < 0:
-                raise LayerParameterError(f"{op.where}: negative padding {p} is not supported")
+        padding: Any = conv3d_padding(op)
+        if padding == "same" and stride != (1, 1, 1):
+            raise LayerParameterError(f"{op.where}: padding='same' needs stride 1, found stride={stride}")
         mode = op.param("padding_mode", str, default="zeros")
         if mode != "zeros":
             raise LayerParameterError(f"{op.where}: padding_mode={mode!r} is not supported by F.conv3d "
