@@ -19,7 +19,10 @@ built in forward), ``bert_tokens`` (token ids and an attention mask, ``--input-s
 128,384``: the mask from torch.tril and masked_fill). Recurrent: ``lstm_lm`` (an LSTM language
 model on token ids, ``--input-shape "35:int64:10000"``) and ``crnn`` (a CRNN text recogniser:
 conv stack, bidirectional LSTM, ``--input-shape 1,32,128``). Video: ``c3d_lite`` (Conv3d stages,
-``--input-shape 3,8,112,112``)."""
+``--input-shape 3,8,112,112``). Also ``shufflenet_v2`` and ``poolformer_s12`` (``--input-shape
+3,224,224``: channel shuffle by view/transpose; GroupNorm(1, C) with an average-pool token mixer),
+``conformer`` (speech encoder blocks on frames, ``--input-shape 200,256``) and ``wavenet``
+(dilated causal Conv1d with gated activations, ``--input-shape 1,4000``)."""
 import math
 
 import torch
@@ -513,3 +516,131 @@ def c3d_lite():
     return nn.Sequential(*block(3, 32, (1, 2, 2)), *block(32, 64, 2), *block(64, 128, 2),
                          nn.Conv3d(128, 128, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool3d(1), nn.Flatten(),
                          nn.Linear(128, 10))
+
+
+# ---- ShuffleNetV2 1.0x (chunk, concat, channel shuffle by view/transpose/view) --------------------
+def _shuffle(x, groups):
+    n, c, h, w = x.shape
+    return x.view(n, groups, c // groups, h, w).transpose(1, 2).reshape(n, c, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        half = cout // 2
+        self.stride = stride
+        if stride > 1:
+            self.left = nn.Sequential(nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                                      *_cbr(cin, half))
+        src = cin if stride > 1 else half
+        self.right = nn.Sequential(*_cbr(src, half),
+                                   nn.Conv2d(half, half, 3, stride, 1, groups=half, bias=False), nn.BatchNorm2d(half),
+                                   *_cbr(half, half))
+
+    def forward(self, x):
+        if self.stride == 1:
+            a, b = x.chunk(2, dim=1)
+            y = torch.cat((a, self.right(b)), 1)
+        else:
+            y = torch.cat((self.left(x), self.right(x)), 1)
+        return _shuffle(y, 2)
+
+
+def shufflenet_v2():
+    """``--input-shape 3,224,224`` (stages of 116/232/464 channels, 4/8/4 units)."""
+    layers, cin = [nn.Conv2d(3, 24, 3, 2, 1, bias=False), nn.BatchNorm2d(24), nn.ReLU(), nn.MaxPool2d(3, 2, 1)], 24
+    for cout, n in ((116, 4), (232, 8), (464, 4)):
+        layers += [ShuffleUnit(cin, cout, 2)] + [ShuffleUnit(cout, cout, 1) for _ in range(n - 1)]
+        cin = cout
+    layers += [*_cbr(464, 1024), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1024, 1000)]
+    return nn.Sequential(*layers)
+
+
+# ---- PoolFormer-S12 (GroupNorm(1, C), average-pool token mixer, conv MLP with GELU) -----------
+class PoolFormerBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm1, self.norm2 = nn.GroupNorm(1, c), nn.GroupNorm(1, c)
+        self.pool = nn.AvgPool2d(3, 1, 1, count_include_pad=False)
+        self.mlp = nn.Sequential(nn.Conv2d(c, 4 * c, 1), nn.GELU(), nn.Conv2d(4 * c, c, 1))
+        self.scale1 = nn.Parameter(torch.full((c, 1, 1), 0.1))
+        self.scale2 = nn.Parameter(torch.full((c, 1, 1), 0.1))
+
+    def forward(self, x):
+        y = self.norm1(x)
+        x = x + self.scale1 * (self.pool(y) - y)
+        return x + self.scale2 * self.mlp(self.norm2(x))
+
+
+def poolformer_s12():
+    """``--input-shape 3,224,224`` (depths 2/2/6/2, widths 64/128/320/512)."""
+    dims = (64, 128, 320, 512)
+    layers = [nn.Conv2d(3, 64, 7, 4, 2)]
+    for i, n in enumerate((2, 2, 6, 2)):
+        if i:
+            layers.append(nn.Conv2d(dims[i - 1], dims[i], 3, 2, 1))
+        layers += [PoolFormerBlock(dims[i]) for _ in range(n)]
+    return nn.Sequential(*layers, nn.GroupNorm(1, 512), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+
+# ---- Conformer encoder (half-step FFNs, self-attention, GLU + depthwise Conv1d module) ---------
+class ConformerBlock(nn.Module):
+    def __init__(self, d, heads=4, kernel=31):
+        super().__init__()
+        def ffn():
+            return nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.SiLU(), nn.Linear(4 * d, d))
+        self.ff1, self.ff2 = ffn(), ffn()
+        self.norm_att, self.norm_conv, self.norm_out = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.att = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.pw1 = nn.Conv1d(d, 2 * d, 1)
+        self.dw = nn.Conv1d(d, d, kernel, padding=kernel // 2, groups=d)
+        self.bn = nn.BatchNorm1d(d)
+        self.pw2 = nn.Conv1d(d, d, 1)
+
+    def forward(self, x):  # (N, T, d)
+        x = x + 0.5 * self.ff1(x)
+        y = self.norm_att(x)
+        x = x + self.att(y, y, y, need_weights=False)[0]
+        y = F.glu(self.pw1(self.norm_conv(x).transpose(1, 2)), dim=1)
+        x = x + self.pw2(F.silu(self.bn(self.dw(y)))).transpose(1, 2)
+        return self.norm_out(x + 0.5 * self.ff2(x))
+
+
+def conformer():
+    """Feature frames: ``--input-shape 200,256`` (4 blocks of width 256, 4 heads, kernel 31)."""
+    return nn.Sequential(*[ConformerBlock(256) for _ in range(4)])
+
+
+# ---- WaveNet-style stack (dilated causal Conv1d, gated tanh * sigmoid, skip sums) --------------
+class WaveBlock(nn.Module):
+    def __init__(self, c, dilation):
+        super().__init__()
+        self.pad = dilation
+        self.conv = nn.Conv1d(c, 2 * c, 2, dilation=dilation)
+        self.res, self.skip = nn.Conv1d(c, c, 1), nn.Conv1d(c, c, 1)
+
+    def forward(self, x):
+        a, b = self.conv(F.pad(x, (self.pad, 0))).chunk(2, 1)
+        z = torch.tanh(a) * torch.sigmoid(b)
+        return x + self.res(z), self.skip(z)
+
+
+class WaveNet(nn.Module):
+    def __init__(self, c=64, blocks=20):
+        super().__init__()
+        self.inp = nn.Conv1d(1, c, 1)
+        self.blocks = nn.ModuleList([WaveBlock(c, 2 ** (i % 10)) for i in range(blocks)])
+        self.out = nn.Sequential(nn.ReLU(), nn.Conv1d(c, c, 1), nn.ReLU(), nn.Conv1d(c, 256, 1))
+
+    def forward(self, x):  # (N, 1, T)
+        x = self.inp(x)
+        skips = 0
+        for block in self.blocks:
+            x, s = block(x)
+            skips = skips + s
+        return self.out(skips)
+
+
+def wavenet():
+    """Audio samples: ``--input-shape 1,4000`` (20 gated blocks, dilations 1..512 twice)."""
+    return WaveNet()
