@@ -12,6 +12,7 @@ from . import (  # noqa: F401  (imported for their @register side effects)
     distance,
     expression,
     indexing,
+    linalg,
     linear,
     misc,
     norm,

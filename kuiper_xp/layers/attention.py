@@ -462,7 +462,8 @@ class BAddBMM(_AddProduct):
 
 
 def _parse_einsum(eq: str, ndims: list[int], where: str) -> tuple[list[str], str]:
-    """Terms with '...' replaced by fresh upper-case letters, and the output term."""
+    """Terms with '...' replaced by fresh upper-case letters, and the output term (an index
+    repeated within one term, a diagonal, stays repeated: see :func:`_einsum_diagonal`)."""
     eq = eq.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
@@ -481,8 +482,6 @@ def _parse_einsum(eq: str, ndims: list[int], where: str) -> tuple[list[str], str
             t = t.replace("...", ell[ell_len - n:] if n else "")
         if len(t) != nd or not t.isalpha():
             raise ShapeError(f"{where}: einsum term {t!r} does not match a {nd}-D operand")
-        if len(set(t)) != len(t):
-            raise LayerParameterError(f"{where}: einsum with a repeated index in one operand (diagonal) is not supported")
         out_terms.append(t)
     if arrow:
         out = rhs.replace("...", ell)
@@ -497,10 +496,36 @@ def _parse_einsum(eq: str, ndims: list[int], where: str) -> tuple[list[str], str
     return out_terms, out
 
 
+def _einsum_diagonal(xp: Any, a: Any, term: str, where: str) -> tuple[Any, str]:
+    """Take the diagonal over each index that ``term`` repeats (``ii`` -> ``i``): the repeated
+    axes go last, are merged into one of n**r items, and every (1 + n + ... + n**(r-1))-th item
+    is kept (the Array API has no ``diagonal``). Returns the array and its term, each index once
+    (the diagonal ones at the end)."""
+    for c in dict.fromkeys(term):
+        axes = [j for j, t in enumerate(term) if t == c]
+        if len(axes) < 2:
+            continue
+        n = a.shape[axes[0]]
+        for j in axes[1:]:
+            if a.shape[j] != n:
+                raise ShapeError(f"{where}: einsum subscript {c!r} is repeated in one operand but the sizes "
+                                 f"differ, {n} != {a.shape[j]}")
+        rest = [j for j in range(a.ndim) if j not in axes]
+        perm = tuple(rest + axes)
+        if perm != tuple(range(a.ndim)):
+            a = xp.permute_dims(a, perm)
+        r = len(axes)
+        a = xp.reshape(a, tuple(a.shape[:len(rest)]) + (n ** r,))
+        a = a[..., ::sum(n ** p for p in range(r)) or 1]
+        term = "".join(term[j] for j in rest) + c
+    return a, term
+
+
 @register("torch.einsum")
 class Einsum(Layer):
     """``torch.einsum`` for any number of operands, with '...' and implicit output, contracted
-    pairwise through ``matmul`` (no repeated index within one operand)."""
+    pairwise through ``matmul``; an index repeated within one operand takes its diagonal first
+    (``ii->i``, ``ii`` the trace, ``bjj->bj``)."""
 
     def __init__(self, ctx: BuildContext, equation: str, where: str):
         super().__init__(ctx)
@@ -516,6 +541,11 @@ class Einsum(Layer):
     def forward(self, *ops: Any) -> Any:
         xp = self.xp
         terms, out = _parse_einsum(self.equation, [a.ndim for a in ops], self.where)
+        if any(len(set(t)) != len(t) for t in terms):
+            ops, terms = list(ops), list(terms)
+            for i, t in enumerate(terms):
+                if len(set(t)) != len(t):
+                    ops[i], terms[i] = _einsum_diagonal(xp, ops[i], t, self.where)
         sizes: dict[str, int] = {}
         for t, a in zip(terms, ops):
             for c, s in zip(t, a.shape):

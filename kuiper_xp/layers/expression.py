@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from kuiper_xp.errors import ExpressionError, LayerParameterError
@@ -39,6 +40,32 @@ def _item(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     raise TypeError(f"unexpected item {v!r} in a list expression")
+
+
+#: a bare word that is no literal: a string argument of an aten:: op (``expr=linear``, ``expr=fro``)
+_BARE_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_LITERAL_WORDS = frozenset({"inf", "nan", "True", "False", "None"})
+
+
+class StringConstant(Layer):
+    """A constant string argument (``interpolation='linear'``, ``ord='fro'``, ``reduce='amax'``)
+    that pnnx writes as a bare-word expression feeding ``aten::`` operators; they get the string."""
+
+    def __init__(self, ctx: BuildContext, text: str):
+        super().__init__(ctx)
+        self.text = text
+
+    def forward(self, *inputs: Any) -> str:
+        return self.text
+
+
+def _string_argument(op, text: str) -> bool:
+    """True where ``text`` is a bare word read only by ``aten::`` operators (their string
+    arguments); anywhere else it stays an expression, and an unknown name is an error."""
+    if op.inputs or not _BARE_WORD.fullmatch(text) or text in _LITERAL_WORDS:
+        return False
+    consumers = [c for o in op.outputs for c in o.consumers]
+    return bool(consumers) and all(c.type.startswith("aten::") for c in consumers)
 
 
 @register("pnnx.Expression")
@@ -82,6 +109,8 @@ class Expression(Layer):
             text = expression_text(op.params["expr"])
         except TypeError as exc:
             raise LayerParameterError(f"{op.where}: parameter 'expr': {exc}") from None
+        if _string_argument(op, text):
+            return StringConstant(ctx, text)
         try:
             program = Program(text, ctx.xp, ctx.device, ctx.fast, n_inputs=len(op.inputs))
         except ExpressionError as exc:

@@ -189,3 +189,42 @@ class AdaptiveMaxPool(_AdaptiveBase):
         if self.return_indices:
             return self._from4d(out[0], unbatched), self._from4d(out[1], unbatched)
         return self._from4d(out, unbatched)
+
+
+@register("nn.LPPool1d", "nn.LPPool2d", "F.lp_pool1d", "F.lp_pool2d")
+class LPPool(_PoolBase):
+    """torch ``lp_pool1d/2d``: (avg_pool(x^p) * kernel_numel)^(1/p), the window sum of x^p to the
+    power 1/p, with torch's exact steps (``sign(s) * relu(|s|)``, so a negative window sum, which an
+    odd p can give, yields NaN); norm_type, kernel_size, stride (None = kernel), ceil_mode (a
+    window hanging past the edge is averaged over its in-bounds part, then scaled by the full
+    kernel size, as torch does)."""
+
+    def __init__(self, ctx: BuildContext, nd, norm_type: float, kernel, stride, ceil_mode):
+        super().__init__(ctx)
+        self.nd = nd
+        self.norm_type, self.kernel, self.stride, self.ceil_mode = norm_type, kernel, stride, ceil_mode
+        self._fast = getattr(ctx.fast, "avg_pool2d", None)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        p = op.param("norm_type", float)
+        if not p or p != p:
+            raise LayerParameterError(f"{op.where}: norm_type={p} must be a non-zero number")
+        kernel, stride, _, _ = _window(op, nd, False)
+        return cls(ctx, nd, p, kernel, stride, op.param("ceil_mode", bool, default=False))
+
+    def forward(self, x: Any) -> Any:
+        xp = self.xp
+        if not xp.isdtype(x.dtype, "real floating"):
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: expects a floating input, found {x.dtype}")
+        x4, unbatched = self._as4d(x)
+        p = self.norm_type
+        xpow = x4 * x4 if p == 2.0 else x4 ** p
+        args = (xpow, self.kernel, self.stride, (0, 0), self.ceil_mode, True, None)
+        y = self._fast(*args) if self._fast is not None else None  # (None: not a float array)
+        if y is None:
+            y = fn.avg_pool2d(*args, xp=xp)
+        y = xp.sign(y) * xp.clip(xp.abs(y), min=0.0) * float(self.kernel[0] * self.kernel[1])
+        y = xp.sqrt(y) if p == 2.0 else y ** (1.0 / p)
+        return self._from4d(y, unbatched)
