@@ -586,3 +586,24 @@ def test_layer_returns_annotated_scalar_results_as_arrays(backend):
     layer = _build(_expression_op("mul(size(@0,1),2)", 1, "#out=()i64"), backend)
     out = layer(backend.asarray(_float_data((2, 3))))
     assert_close(out, np.asarray(6, dtype=np.int64))
+
+
+def _word_feeding(consumer: str):
+    """A bare-word pnnx.Expression (``expr=linear``) read by one ``consumer`` op type."""
+    from kuiper_xp.pnnx.param import parse_param_text
+
+    text = ("7767517\n4 3\npnnx.Input in0 0 1 0 #0=(2,3)f32\npnnx.Expression word 0 1 1 expr=linear\n"
+            f"{consumer} c 2 1 0 1 2 #0=(2,3)f32 #2=(2,3)f32\npnnx.Output out0 1 0 2\n")
+    model = parse_param_text(text)
+    return next(op for op in model.operators if op.name == "word")
+
+
+def test_bare_word_read_by_aten_ops_is_a_string_argument(backend):
+    # pnnx writes string arguments of aten:: ops (quantile's interpolation, scatter_reduce's
+    # reduce, meshgrid's indexing) as a bare-word expression
+    assert _build(_word_feeding("aten::quantile"), backend)() == "linear"
+
+
+def test_bare_word_read_by_other_ops_is_still_an_unknown_name(backend):
+    with pytest.raises(ExpressionError, match=r"word.*unknown function 'linear'"):
+        _build(_word_feeding("torch.add"), backend)

@@ -15,7 +15,7 @@ from test_layers_misc import export_module, make_layer, t2n
 from torch import nn
 
 import kuiper_xp
-from kuiper_xp.errors import ExpressionError, ShapeError
+from kuiper_xp.errors import ShapeError
 
 
 class Fn(nn.Module):
@@ -158,14 +158,7 @@ def exported(tmp_path_factory):
 
 
 def _load(param, backend):
-    try:
-        return kuiper_xp.load(param, backend=backend)
-    except ExpressionError as exc:
-        # pnnx writes meshgrid's indexing as a bare-word expression (expr=ij), which the
-        # expression language does not read yet
-        if "unknown function 'ij'" in str(exc) or "unknown function 'xy'" in str(exc):
-            pytest.skip("pnnx.Expression has no string literals (expr=ij / expr=xy)")
-        raise
+    return kuiper_xp.load(param, backend=backend)
 
 
 @pytest.mark.parametrize("name", list(CASES))

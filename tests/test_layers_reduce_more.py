@@ -143,29 +143,6 @@ CASES = {
 }
 
 
-#: cases whose export passes a string argument as a bare-word constant (``pnnx.Expression
-#: expr=linear`` / ``expr=fro``): they need the pnnx.Expression layer to give such a word as a str
-NEEDS_STRINGS = {"quantile_modes", "quantile_tensor_q", "nanquantile", "float64", "linalg_norm_matrix"}
-
-
-def _string_constants_supported() -> bool:
-    from kuiper_xp.backends import get_backend
-
-    from kuiper_xp.errors import KuiperXPError
-    from kuiper_xp.layers.base import BuildContext
-    from kuiper_xp.layers.registry import registry
-    from kuiper_xp.pnnx.param import parse_param_text
-
-    op = parse_param_text("7767517\n1 1\npnnx.Expression e 0 1 0 expr=linear\n").operators[-1]
-    try:
-        return registry.create(op, BuildContext(get_backend("numpy", None)))() == "linear"
-    except KuiperXPError:
-        return False
-
-
-STRINGS = _string_constants_supported()
-
-
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     cache = {}
@@ -191,8 +168,6 @@ def _flat(out):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_matches_torch(name, backend, exported):
-    if name in NEEDS_STRINGS and not STRINGS:
-        pytest.skip("needs string constants from pnnx.Expression (expr=linear, expr=fro) in the runtime")
     module, inputs, _ = CASES[name]
     param = exported(name)
     with torch.no_grad():

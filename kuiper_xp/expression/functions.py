@@ -338,10 +338,19 @@ class ArrayOps:
                     r = self.xp.result_type(a, b)
                 except (TypeError, ValueError) as exc:
                     raise OpError(f"cannot combine dtypes {a} and {b}: {exc}") from None
+            elif {ca, cb} == {_FLOAT, _COMPLEX}:
+                # complex64 with float64 gives complex128 (torch keeps the wider precision)
+                c, f = (a, b) if ca == _COMPLEX else (b, a)
+                r = self.xp.complex128 if f == self.float64 else c
             else:
                 r = a if ca > cb else b
             self._pairs[key] = r
         return r
+
+    def complex_of(self, dtype: Any) -> Any:
+        """The complex dtype holding the real floating ``dtype`` (torch's toComplexType; float16
+        goes to complex64, there being no complex32 in the Array API)."""
+        return self.xp.complex128 if dtype == self.float64 else self.xp.complex64
 
     def _combine(self, higher: Any, lower: Any) -> Any:
         if higher is None:
@@ -349,6 +358,10 @@ class ArrayOps:
         if lower is None:
             return higher
         ch = self.cat(higher)
+        if ch == _COMPLEX:
+            return higher
+        if self.cat(lower) == _COMPLEX:  # (c10 combine_categories: a float keeps its precision)
+            return self.complex_of(higher) if ch == _FLOAT else lower
         if ch >= _FLOAT:
             return higher
         if ch == _BOOL or self.cat(lower) >= _FLOAT:

@@ -21,7 +21,9 @@ from . import (  # noqa: F401  (imported for their @register side effects)
     recurrent,
     reduce,
     resize,
+    scatter,
     shape,
+    spectral,
     volumetric,
 )
 from .base import BuildContext, Layer

@@ -153,7 +153,11 @@ class Graph:
         self._output_ids: list[int] = []
         self._input_operands: list[Operand] = []
         self._steps: list[RuntimeOperator] = []
-        self._check_shapes: list[list[list[Any]]] = []  # per step: [operand, output index, passed]
+        self._check_shapes: list[list[list[Any]]] = []  # per step: [operand, output index, passed, rank only]
+        #: operand slots whose shape depends on the data (an output of a layer with
+        #: ``data_dependent_shape``, or computed from one): their ``#`` shapes are only traced
+        #: examples, so only rank and dtype are checked and nothing is planned from them
+        self._data_dependent: set[int] = set()
         self._dynamic = False
         #: graph input shapes/dtypes -> {concat step: (axis, dtype, piece shapes)} seen there
         self._pieces: dict[tuple, dict[int, tuple]] = {}
@@ -278,7 +282,12 @@ class Graph:
         self._input_ids = [slots[o.name] for o in self._input_operands]
         self._output_ids = [slots[o.name] for o in output_operands]
         self.inputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in self._input_operands]
-        self.outputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in output_operands]
+        dd_names = _data_dependent_operands(compute)
+        self._data_dependent = {slots[n] for n in dd_names}
+        self.outputs = [TensorSpec(o.name, _unknown_dims(o.shape) if o.name in dd_names else o.shape, o.array_dtype)
+                        for o in output_operands]
+        if dd_names:  # (a recorded device graph would replay the traced sizes)
+            self._replayer, self.cuda_graphs = None, False
         self._input_alias = {r.name: i for i, r in enumerate(in_ops)}
         self._dynamic = any(o.shape is None or None in o.shape for o in self._input_operands)
 
@@ -300,7 +309,8 @@ class Graph:
         self._steps = steps
         self._plan_pieces(steps)
         self._check_shapes = [
-            [[o, k, None] for k, o in enumerate(outputs_of[id(r)]) if o.shape is not None or o.dtype is not None]
+            [[o, k, None, o.name in dd_names] for k, o in enumerate(outputs_of[id(r)])
+             if o.shape is not None or o.dtype is not None]
             for r in steps
         ]
 
@@ -324,6 +334,8 @@ class Graph:
                 made_by[s] = i
         for j, r in enumerate(steps):
             if getattr(r.layer, "piece_plan", None) is None or len(r.in_ids) < 2 or len(r.out_ids) != 1:
+                continue
+            if any(s in self._data_dependent for s in r.in_ids):  # (plans are keyed on input shapes)
                 continue
             r.joins = self._joins = True
             for k, s in enumerate(r.in_ids):
@@ -488,7 +500,8 @@ class Graph:
         for name, o in self.model.operands.items():
             if o.shape is None:
                 continue
-            dims = [(batch if k == 0 else 1) if d is None else d for k, d in enumerate(o.shape)]
+            shape = _unknown_dims(o.shape) if self._slots[name] in self._data_dependent else o.shape
+            dims = [(batch if k == 0 else 1) if d is None else d for k, d in enumerate(shape)]
             item = DTYPES[o.dtype][1] if o.dtype in DTYPES else 4
             size[self._slots[name]] = math.prod(dims) * item
         live = {s: size.get(s, 0) for s in self._input_ids}
@@ -686,10 +699,10 @@ class Graph:
                                             f"{len(r.out_ids)} outputs")
                 for s, v in zip(r.out_ids, out):
                     env[s] = v
-            for c in checks:  # [operand, output index, last (shape, dtype) that passed]
+            for c in checks:  # [operand, output index, last (shape, dtype) that passed, rank only]
                 v = env[r.out_ids[c[1]]]
                 if c[2] is None or c[2][0] != getattr(v, "shape", None) or c[2][1] != getattr(v, "dtype", None):
-                    _check_output(r, c[0], v)
+                    _check_output(r, c[0], v, c[3])
                     c[2] = (v.shape, v.dtype)
             args = out = None
             for s in r.release:
@@ -732,11 +745,34 @@ def _note(exc: BaseException, r: RuntimeOperator) -> None:
         add(f"while running {r.op.where}")
 
 
-def _check_output(r: RuntimeOperator, operand: Operand, value: Any) -> None:
+def _unknown_dims(shape: tuple[int | None, ...] | None) -> tuple[int | None, ...] | None:
+    """``shape`` with every dimension unknown (the rank kept)."""
+    return None if shape is None else (None,) * len(shape)
+
+
+def _data_dependent_operands(compute: list[RuntimeOperator]) -> set[str]:
+    """Names of the operands whose shape depends on data: the outputs of layers that set
+    ``data_dependent_shape`` (nonzero, masked_select, unique) and every operand computed from
+    them downstream (conservatively: whatever consumes one)."""
+    pending = [o for r in compute if getattr(r.layer, "data_dependent_shape", False) for o in r.op.outputs]
+    seen: set[str] = set()
+    while pending:
+        o = pending.pop()
+        if o.name in seen:
+            continue
+        seen.add(o.name)
+        for c in o.consumers:
+            pending.extend(c.outputs)
+    return seen
+
+
+def _check_output(r: RuntimeOperator, operand: Operand, value: Any, rank_only: bool = False) -> None:
+    """``value`` against ``operand``'s annotation: shape (only its rank where ``rank_only``: a
+    data-dependent shape) and dtype."""
     shape = getattr(value, "shape", None)
     if shape is None:
         raise LayerRuntimeError(f"{r.op.where}: output {operand.name!r} is a {type(value).__name__}, not an array")
-    exp = operand.shape
+    exp = _unknown_dims(operand.shape) if rank_only else operand.shape
     if exp is not None:
         if len(shape) != len(exp) or any(e is not None and e != s for e, s in zip(exp, shape)):
             raise ShapeError(f"{r.op.where}: output {operand.name!r} has shape {tuple(shape)}, "

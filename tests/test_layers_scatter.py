@@ -1,0 +1,296 @@
+"""Writes through indices and scatters (Tensor.index_put, index_add, scatter_add, scatter_reduce,
+masked_scatter, slice/select/diagonal_scatter), take_along_dim, diagonals (diag, diagonal,
+diag_embed), bucketize / searchsorted / histc, and the operators whose output shape depends on
+the data (nonzero, argwhere, masked_select, unique): pnnx exports of small torch modules run on
+every backend leg and compared with torch; duplicates in scatters must add up exactly like torch;
+a graph traced with one count of non-zeros must run on inputs with another."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_close
+from test_layers_misc import export_module, make_layer, t2n
+from torch import nn
+
+import kuiper_xp
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *a):
+        return self.fn(*a)
+
+
+def _r(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def _t(v, dtype=None):
+    return torch.tensor(v, dtype=dtype)
+
+
+def _set(x, key, v):
+    y = x.clone()
+    y[key] = v
+    return y
+
+
+def _index_put(x, i, j, v, w):
+    return (_set(x, i, v),  # x[idx] = v (values broadcast over rows, a negative index)
+            x.index_put((j,), w, accumulate=True),  # duplicates add up
+            x.index_put((j, j % 3), w[:, 0], accumulate=True),  # two index arrays, duplicate pairs
+            x.index_put((j,), torch.tensor(2.0), accumulate=True))  # a scalar values parameter
+
+
+def _index_put_nd(x, i, j, s, v):
+    return (_set(x, (slice(None), i), v),  # x[:, idx] = v
+            _set(x, (i[:2], slice(None), j), v[:2, :, 0]),  # x[i, :, j] = v: apart, the index dims go first
+            _set(x, s > 0, x[0, 0]),  # a (4, 5) mask over the leading dims, values broadcast over the rest
+            _set(x, x < 0, 0.5))  # a full mask, a scalar
+
+
+def _scatter_red(x, i, s, xi, ii, si):
+    outs = [x.scatter_reduce(1, i, s, r, include_self=inc) for r in ("sum", "prod", "mean", "amax", "amin")
+            for inc in (True, False)]
+    return (*outs, xi.scatter_reduce(0, ii, si, "mean"), xi.scatter_reduce(0, ii, si, "amax", include_self=False))
+
+
+# name -> (module, inputs, types the export must contain, whether pnnx writes a bare-name constant)
+CASES = {
+    "index_put": (Fn(_index_put), (_r(5, 3), _t([4, 0, -2]), _t([1, 3, 1, 1, -1]), _r(1, 3, seed=1),
+                                   _r(5, 3, seed=2)), {"Tensor.index_put"}, False),
+    "index_put_nd": (Fn(_index_put_nd), (_r(4, 5, 3), _t([3, -1, 0]), _t([2, 0]), _r(4, 5, seed=1),
+                                         _r(4, 1, 3, seed=2)), {"Tensor.index_put"}, False),
+    "index_add": (Fn(lambda x, i, s, y: (x.index_add(1, i, s, alpha=2.5), y.index_add(0, i, y[:3] * 3))),
+                  (_r(3, 5), _t([1, 1, 4]), _r(3, 3, seed=1), _r(6, 2, seed=2, dtype=torch.float64)),
+                  {"aten::index_add"}, False),
+    "index_add_int": (Fn(lambda x, i, s: x.index_add(0, i, s, alpha=3)),
+                      (_t([1, 2, 3, 4, 5]), _t([0, 4, 0, 0]), _t([10, 20, 30, -7])), {"aten::index_add"}, False),
+    "scatter_add": (Fn(lambda x, i, s, y, j: (x.scatter_add(1, i, s), y.scatter_add(0, j, y[:2] * 2))),
+                    (_r(3, 8), _t([[0, 7, 0, 0], [2, 3, 3, 2], [5, 4, 1, 0]]), _r(3, 5, seed=1),
+                     _r(4, 3, seed=2, dtype=torch.float64), _t([[0, 1, 1], [0, 3, 1]])), {"torch.scatter_add"}, False),
+    "scatter_reduce": (Fn(_scatter_red), (_r(3, 6), _t([[0, 5, 0, 0], [2, 3, 3, 2], [5, 4, 1, 1]]), _r(3, 4, seed=1),
+                                          _t([-1, 2, 3]), _t([0, 0, 0, 1]), _t([-2, -5, 4, 9])),
+                       {"aten::scatter_reduce"}, True),
+    "masked_scatter": (Fn(lambda x, s, src: (x.masked_scatter(x > 0, src), x.masked_scatter(s > 0, src * 2))),
+                       (_r(4, 3), _r(3, seed=1), _r(5, 3, seed=2)), {"aten::masked_scatter"}, False),
+    "take_along": (Fn(lambda x, i, j, k: (torch.take_along_dim(x, i, 1), torch.take_along_dim(x, j),
+                                          x.take_along_dim(k, dim=-1))),
+                   (_r(3, 4), _t([[0, 3], [-1, 2], [1, 1]]), _t([[0, 11], [5, 10]]), _t([[2], [0], [3]])),
+                   {"aten::take_along_dim"}, False),
+    "slice_select_diag_scatter": (
+        Fn(lambda x, a, b, c, d, y, e: (torch.slice_scatter(x, a, 1, 0, 4, 2), torch.slice_scatter(x, b, 0, 1),
+                                        torch.select_scatter(x, c, 1, -1), torch.diagonal_scatter(x, d, 1),
+                                        torch.diagonal_scatter(y, e, -1, 0, 2))),
+        (_r(4, 5), _r(4, 2, seed=1), _r(3, 5, seed=2), _r(4, seed=3), _r(4, seed=4), _r(3, 2, 4, seed=5),
+         _r(2, 2, seed=6)),
+        {"torch.slice_scatter", "aten::select_scatter", "aten::diagonal_scatter"}, False),
+    "diag": (Fn(lambda v, m, x: (torch.diag(v, -1), torch.diag(m, 1), torch.diag(m), torch.diagonal(x, 1, 0, 2),
+                                 x.diagonal(-1, 2, 1), torch.diag_embed(v), torch.diag_embed(m, 1, 0, 2),
+                                 torch.diag_embed(m, -2, 2, 0))),
+             (_r(4), _r(3, 4, seed=1), _r(3, 4, 5, seed=2)), {"torch.diag", "aten::diagonal", "aten::diag_embed"},
+             False),
+    "bucketize": (Fn(lambda x, b, s, y: (torch.bucketize(x, b), torch.bucketize(x, b, right=True, out_int32=True),
+                                         torch.searchsorted(b, x), torch.searchsorted(s, y, right=True, out_int32=True))),
+                  (torch.round(_r(3, 5) * 2) / 2, _t([-1.0, 0.0, 0.5, 1.0]), torch.sort(torch.round(_r(2, 4) * 2) / 2)[0],
+                   torch.round(_r(2, 5, seed=1) * 2) / 2), {"aten::bucketize", "aten::searchsorted"}, False),
+    "searchsorted_side": (Fn(lambda b, x: torch.searchsorted(b, x, side="right")),
+                          (_t([-1.0, 0.0, 0.0, 1.0]), torch.round(_r(3, 5) * 2) / 2), {"aten::searchsorted"}, True),
+    "histc": (Fn(lambda x, y: (torch.histc(x, bins=5), torch.histc(x, bins=4, min=-1, max=1), torch.histc(y, 3))),
+              (_r(50), _r(4, 6, seed=1, dtype=torch.float64)), {"aten::histc"}, False),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    cache = {}
+
+    def get(name, module=None, inputs=None, types=None):
+        if name not in cache:
+            torch.manual_seed(0)
+            if module is None:
+                module, inputs, types, _ = CASES[name]
+            param = export_module(module, inputs, tmp_path_factory.mktemp(name))
+            found = {ln.split()[0] for ln in param.read_text().splitlines()[2:] if ln.strip()}
+            assert types <= found, f"the export no longer has {types - found}: {sorted(found)}"
+            cache[name] = param
+        return cache[name]
+    return get
+
+
+def _compare(g, backend, module, inputs, name):
+    with torch.no_grad():
+        want = module.eval()(*inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    got = g(*[t2n(t) for t in inputs])
+    assert len(got) == len(want)
+    for k, (a, e) in enumerate(zip(got, want)):
+        a = backend.to_numpy(a)
+        assert a.shape == tuple(e.shape), (name, k, a.shape, tuple(e.shape))
+        assert a.dtype == t2n(e).dtype, (name, k, a.dtype, t2n(e).dtype)
+        assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_torch(name, backend, exported):
+    module, inputs, _, _ = CASES[name]
+    _compare(kuiper_xp.load(exported(name), backend=backend), backend, module, inputs, name)
+
+
+# -- scatter_reduce / searchsorted(side=) through the layer (their string arguments as inputs) ----
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_layer(reduce, backend):
+    layer = make_layer(backend, "aten::scatter_reduce sr 6 1 0 1 2 3 4 5 6", 6)
+    a = backend.asarray
+    x, s = _r(3, 6), _r(3, 4, seed=1)
+    i = _t([[0, 5, 0, 0], [2, 3, 3, 2], [5, 4, 1, 1]])
+    for inc in (True, False):
+        got = layer(a(t2n(x)), 1, a(t2n(i)), a(t2n(s)), reduce, inc)
+        assert_close(got, t2n(x.scatter_reduce(1, i, s, reduce, include_self=inc)), rtol=1e-5,
+                     what=f"{reduce} include_self={inc}")
+    xi, ii, si = _t([-1, 2, 3, 7]), _t([0, 0, 0, 1, 3]), _t([-2, -5, 4, 9, 1])
+    got = layer(a(t2n(xi)), 0, a(t2n(ii)), a(t2n(si)), reduce, True)
+    assert_close(got, t2n(xi.scatter_reduce(0, ii, si, reduce)), what=f"int64 {reduce}")
+    x64 = _r(4, 3, dtype=torch.float64)
+    i2, s2 = _t([[0, 1, 1], [0, 3, 1], [0, 0, 1]]), _r(3, 3, seed=3, dtype=torch.float64)
+    got = layer(a(t2n(x64)), -2, a(t2n(i2)), a(t2n(s2)), reduce, False)
+    assert_close(got, t2n(x64.scatter_reduce(-2, i2, s2, reduce, include_self=False)), rtol=1e-12,
+                 what=f"float64 {reduce}")
+    with pytest.raises(ShapeError, match=r"aten::scatter_reduce.*reduce='max'"):
+        layer(a(t2n(x)), 1, a(t2n(i)), a(t2n(s)), "max", True)
+
+
+def test_searchsorted_side_layer(backend):
+    layer = make_layer(backend, "aten::searchsorted ss 6 1 0 1 2 3 4 5 6", 6)
+    a = backend.asarray
+    b, x = _t([-1.0, 0.0, 0.0, 1.0]), torch.round(_r(3, 5) * 2) / 2
+    for side in ("left", "right"):
+        got = layer(a(t2n(b)), a(t2n(x)), False, False, side, None)
+        assert_close(got, t2n(torch.searchsorted(b, x, side=side)), what=side)
+    perm = _t([3, 0, 2, 1])
+    got = layer(a(t2n(b[perm.argsort()])), a(t2n(x)), True, True, None, a(t2n(perm.argsort().argsort().argsort())))
+    want = torch.searchsorted(b[perm.argsort()], x, right=True, out_int32=True,
+                              sorter=perm.argsort().argsort().argsort())
+    assert_close(got, t2n(want), what="sorter")
+    with pytest.raises(ShapeError, match=r"aten::searchsorted.*contradict"):
+        layer(a(t2n(b)), a(t2n(x)), False, True, "left", None)
+
+
+# -- duplicates, bigger scatters --------------------------------------------------------------
+
+
+def test_many_duplicates_add_up_like_torch(backend):
+    """Thousands of writes to a few places (more rounds than one gather block) lose nothing."""
+    layer = make_layer(backend, "Tensor.index_put ip 3 1 0 1 2 3 accumulate=True $input=0 $indices=1 $values=2", 3)
+    g = torch.Generator().manual_seed(5)
+    x = torch.zeros(7, 2, dtype=torch.float64)
+    i = torch.randint(-7, 7, (3000,), generator=g)
+    v = torch.randn(3000, 2, generator=g, dtype=torch.float64)
+    got = layer(backend.asarray(t2n(x)), [backend.asarray(t2n(i))], backend.asarray(t2n(v)))
+    assert_close(got, t2n(x.index_put((i,), v, accumulate=True)), rtol=1e-12, what="index_put accumulate")
+    xi = torch.zeros(5, dtype=torch.int64)
+    ii = torch.randint(0, 5, (4000,), generator=g)
+    got = layer(backend.asarray(t2n(xi)), [backend.asarray(t2n(ii))], backend.asarray(np.ones(4000, np.int64)))
+    assert_close(got, t2n(torch.bincount(ii, minlength=5)), what="counts")
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_errors_name_the_operator(backend, exported):
+    a = backend.asarray
+    g = kuiper_xp.load(exported("index_add"), backend=backend)
+    with pytest.raises(ShapeError, match=r"aten::index_add.*index 5 is out of range"):
+        g(t2n(_r(3, 5)), np.array([1, 5, 0]), t2n(_r(3, 3)), t2n(_r(6, 2, dtype=torch.float64)))
+    with pytest.raises(ShapeError, match=r"aten::index_add.*index -1 is out of range"):
+        g(t2n(_r(3, 5)), np.array([1, -1, 0]), t2n(_r(3, 3)), t2n(_r(6, 2, dtype=torch.float64)))
+    put = make_layer(backend, "Tensor.index_put ip 3 1 0 1 2 3 accumulate=False $input=0 $indices=1 $values=2", 3)
+    x = a(t2n(_r(5, 3)))
+    with pytest.raises(ShapeError, match=r"Tensor\.index_put.*index 5 is out of range for axis 0"):
+        put(x, [a(np.array([5]))], a(np.ones((1, 3), np.float32)))
+    with pytest.raises(ShapeError, match=r"Tensor\.index_put.*do not broadcast"):
+        put(x, [a(np.array([0, 1]))], a(np.ones((2, 2), np.float32)))
+    sa = make_layer(backend, "torch.scatter_add sa 3 1 0 1 2 3 dim=1 $input=0 $index=1 $src=2", 3)
+    with pytest.raises(ShapeError, match=r"torch\.scatter_add.*index 8 is out of range"):
+        sa(a(np.zeros((2, 8), np.float32)), a(np.array([[8], [0]])), a(np.ones((2, 1), np.float32)))
+    with pytest.raises(ShapeError, match=r"torch\.scatter_add.*exceeds src shape"):
+        sa(a(np.zeros((2, 8), np.float32)), a(np.array([[1, 2], [0, 0]])), a(np.ones((2, 1), np.float32)))
+    ms = make_layer(backend, "aten::masked_scatter ms 3 1 0 1 2 3", 3)
+    with pytest.raises(ShapeError, match=r"aten::masked_scatter.*source has 2 elements, the mask selects 3"):
+        ms(a(np.zeros(3, np.float32)), a(np.ones(3, bool)), a(np.ones(2, np.float32)))
+    hist = make_layer(backend, "aten::histc h 4 1 0 1 2 3 4", 4)
+    with pytest.raises(ShapeError, match=r"aten::histc.*floating input"):
+        hist(a(np.arange(4)), 3, 0, 0)
+    with pytest.raises(ShapeError, match=r"aten::histc.*max \(0.0\) must be larger than min \(1.0\)"):
+        hist(a(np.ones(4, np.float32)), 3, 1.0, 0.0)
+    bk = make_layer(backend, "aten::bucketize b 4 1 0 1 2 3 4", 4)
+    with pytest.raises(ShapeError, match=r"aten::bucketize.*boundaries must be 1-D"):
+        bk(a(np.ones(4, np.float32)), a(np.ones((2, 2), np.float32)), False, False)
+    with pytest.raises(LayerParameterError, match=r"torch\.slice_scatter.*positive step"):
+        make_layer(backend, "torch.slice_scatter s 2 1 0 1 2 dim=0 start=0 end=2 step=0 $input=0 $src=1", 2)
+    with pytest.raises(LayerParameterError, match=r"Tensor\.index_put.*needs \$values"):
+        make_layer(backend, "Tensor.index_put ip 2 1 0 1 2 accumulate=False $input=0 $indices=1", 2)
+    dg = make_layer(backend, "torch.diag d 1 1 0 1 diagonal=0 $input=0", 1)
+    with pytest.raises(ShapeError, match=r"torch\.diag.*1-D or 2-D"):
+        dg(a(np.ones((2, 2, 2), np.float32)))
+
+
+# -- data-dependent output shapes -------------------------------------------------------------
+
+
+def _nonzero_chain(x, s):
+    m = x > 0
+    idx = torch.nonzero(m)
+    sel = torch.masked_select(x, s > 0)
+    rows, cols = torch.nonzero(m, as_tuple=True)
+    return idx, idx.sum(0), x[idx[:, 0], idx[:, 1]] * 2, torch.argwhere(x < 0), sel, sel.sum(), rows + cols
+
+
+def _unique(x, y):
+    v, inv, cnt = torch.unique(x, return_inverse=True, return_counts=True)
+    return v, inv, cnt, torch.unique(y), v.float().mean()
+
+
+DATA_DEPENDENT = {
+    # traced with one count, run with others (all, none, some)
+    "nonzero_chain": (Fn(_nonzero_chain), (_r(3, 5), _r(5, seed=1)),
+                      [(_r(3, 5, seed=7), _r(5, seed=8)), (torch.ones(3, 5), -torch.ones(5)),
+                       (-torch.ones(3, 5), torch.ones(5))],
+                      {"aten::nonzero", "aten::argwhere", "aten::nonzero_numpy", "torch.masked_select"}),
+    "unique": (Fn(_unique), (_t([3, 1, 3, 2, 1]), _t([[0.5, -1.0], [0.5, 2.0]])),
+               [(_t([7, 7, 7, 7, 7]), _t([[1.0, 2.0], [3.0, 4.0]])), (_t([5, -4, 3, 2, 1]), _t([[0.0, 0.0], [0.0, 1.0]]))],
+               {"aten::_unique2"}),
+}
+
+
+@pytest.mark.parametrize("name", list(DATA_DEPENDENT))
+def test_data_dependent_shapes(name, backend, exported):
+    module, inputs, others, types = DATA_DEPENDENT[name]
+    param = exported(name, module, inputs, types)
+    g = kuiper_xp.load(param, backend=backend)
+    assert all(d is None for spec in g.outputs if spec.shape for d in spec.shape), g.outputs
+    assert g.planned_peak_bytes() > 0
+    for k, ins in enumerate([inputs, *others]):
+        _compare(g, backend, module, ins, f"{name} inputs {k}")
+
+
+def test_data_dependent_rank_and_dtype_still_checked(backend, exported):
+    """An annotation that disagrees in rank stays an error downstream of nonzero."""
+    module, inputs, _, types = DATA_DEPENDENT["nonzero_chain"]
+    param = exported("nonzero_chain", module, inputs, types)
+    text = param.read_text().splitlines()
+    line = next(k for k, ln in enumerate(text) if ln.startswith("aten::nonzero "))
+    out = text[line].split()[5]
+    bad = param.parent / "bad.pnnx.param"
+    bad.write_text("\n".join(text).replace(f" #{out}=(", f" #{out}=(1,") + "\n")
+    g = kuiper_xp.load(bad, bin_path=param.with_suffix("").with_suffix(".pnnx.bin"), backend=backend)
+    with pytest.raises(ShapeError, match=r"aten::nonzero.*has shape"):
+        g(*[t2n(t) for t in inputs])
