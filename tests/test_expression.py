@@ -111,6 +111,12 @@ def test_literals_parse_to_python_values():
     assert type(root.args[0].value) is float and type(root.args[1].value) is int
 
 
+def test_nan_and_inf_as_pnnx_writes_them():
+    # x * float("nan") exports as mul(@0,nan.0)
+    root = parse("[nan.0,-inf.0,inf.0]")
+    assert math.isnan(root.args[0].value) and root.args[1].value == -math.inf and root.args[2].value == math.inf
+
+
 # -------------------------------------------------------------------------------------------------
 # errors: an ExpressionError whose message shows the expression and a caret under the column
 

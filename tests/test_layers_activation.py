@@ -196,6 +196,16 @@ def test_clamp_with_tensor_bounds(backend):
     check(run(backend, layer, x, lo), expected, what="clamp(x, min=tensor)")
 
 
+def test_clamp_with_infinite_bounds(backend):
+    # pnnx writes float('inf') as a bare word (max=inf), -inf as a number
+    x = np.array([[-np.inf, -1.5, 0.0], [2.5, np.inf, np.nan]], np.float32)
+    for params, fn in (("min=-inf max=inf", lambda a: torch.clamp(a, -float("inf"), float("inf"))),
+                       ("min=0.5 max=inf", lambda a: torch.clamp(a, 0.5, float("inf"))),
+                       ("min=-inf max=nan", lambda a: torch.clamp(a, -float("inf"), float("nan")))):
+        layer = make_layer(backend, "torch.clamp", params)
+        check(run(backend, layer, x), torch_ref(fn, x), what=f"torch.clamp {params}")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_numpy_fast_prelu_plane_blocks_threads(monkeypatch, dtype):
     """The numpy fast PReLU: plane blocks (the last one short) over 3 threads, NaN and +-inf,

@@ -61,12 +61,22 @@ def _scatter_red(x, i, s, xi, ii, si):
     return (*outs, xi.scatter_reduce(0, ii, si, "mean"), xi.scatter_reduce(0, ii, si, "amax", include_self=False))
 
 
+def _put_one(y, i, j, v):
+    y = y.clone()
+    y[i, :, j] = v[0, 0, :1]
+    return y
+
+
 # name -> (module, inputs, types the export must contain, whether pnnx writes a bare-name constant)
 CASES = {
     "index_put": (Fn(_index_put), (_r(5, 3), _t([4, 0, -2]), _t([1, 3, 1, 1, -1]), _r(1, 3, seed=1),
                                    _r(5, 3, seed=2)), {"Tensor.index_put"}, False),
     "index_put_nd": (Fn(_index_put_nd), (_r(4, 5, 3), _t([3, -1, 0]), _t([2, 0]), _r(4, 5, seed=1),
                                          _r(4, 1, 3, seed=2)), {"Tensor.index_put"}, False),
+    # values of shape (1,) go through Tensor.reshape shape=None (pnnx's spelling of view([]))
+    "index_put_one_value": (Fn(_put_one),
+                            (_r(4, 3, 5), _t([0, 2]), _t([1, 3]), _r(2, 2, 3, seed=1)),
+                            {"Tensor.index_put", "Tensor.reshape"}, False),
     "index_add": (Fn(lambda x, i, s, y: (x.index_add(1, i, s, alpha=2.5), y.index_add(0, i, y[:3] * 3))),
                   (_r(3, 5), _t([1, 1, 4]), _r(3, 3, seed=1), _r(6, 2, seed=2, dtype=torch.float64)),
                   {"aten::index_add"}, False),

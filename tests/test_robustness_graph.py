@@ -179,7 +179,17 @@ def test_unknown_operator_types_are_listed_all_at_once(tmp_path):
     assert "3 operator(s) of 2 unsupported type(s) (nn.Frobnicate, torch.wibble)" in msg
     for name, line in (("f1", 4), ("w", 6), ("f2", 7)):
         assert f"'{name}' ({p}:{line})" in msg, msg
-    assert "supported types:" in msg and "nn.ReLU" in msg
+    assert "types are supported (docs/operators.md" in msg and "did you mean" not in msg
+
+
+def test_unknown_operator_types_get_near_spellings(tmp_path):
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.Relu6 r 1 1 0 1", "torch.mT t 1 1 1 2",
+                               "pnnx.Output out 1 0 2"])
+    with pytest.raises(UnsupportedOperatorError) as e:
+        load(p)
+    msg = str(e.value)
+    assert "nn.Relu6: did you mean nn.ReLU6," in msg, msg
+    assert "torch.mT: did you mean aten::mT?" in msg, msg
     assert isinstance(e.value, NotImplementedError)
 
 

@@ -8,7 +8,7 @@ past the last digit gives 6; the code is what we follow.) Unlike the seed, white
 rather than deleted first, so positions always index the string as written in the model file.
 
 Token kinds: ``NAME`` (a function name such as ``add`` or ``torch.float``), ``INPUT`` (``@3``),
-``INT``, ``FLOAT`` (``2.0``, ``1e-05``, ``5.000000e+00``, ``inf``, ``nan``; ints and floats may carry
+``INT``, ``FLOAT`` (``2.0``, ``1e-05``, ``5.000000e+00``, ``inf``, ``nan``, ``nan.0``; ints and floats may carry
 a leading ``-``), ``BOOL`` (``True``/``False``), ``NONE``, and the punctuation ``LPAREN`` ``RPAREN``
 ``LBRACKET`` ``RBRACKET`` ``COMMA``.
 """
@@ -56,7 +56,7 @@ _MASTER = re.compile(r"""
     (?P<ws>\s+)
   | (?P<punct>[()\[\],])
   | (?P<input>@[0-9]+)
-  | (?P<special>-?(?:inf|nan)(?![A-Za-z0-9_.@]))
+  | (?P<special>-?(?:inf|nan)(?:\.0+)?(?![A-Za-z0-9_.@]))
   | (?P<number>-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(?P<bad>[A-Za-z0-9_.@])?
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
 """, re.VERBOSE)
@@ -111,8 +111,8 @@ def tokenize(expr: str) -> list[Token]:
         elif group == "name":
             text = m.group()
             append(Token(_WORDS.get(text, TokenKind.NAME), text, i, end))
-        elif group == "special":
-            append(Token(TokenKind.FLOAT, m.group(), i, end))
+        elif group == "special":  # (pnnx writes float('nan') as ``nan.0``)
+            append(Token(TokenKind.FLOAT, m.group().split(".")[0], i, end))
         elif group in ("number", "bad"):
             if m.group("bad") is not None:
                 raise ExpressionError(f"malformed number {m.group()!r}", expr, m.start("bad"))

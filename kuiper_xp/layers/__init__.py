@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (imported for their @register side effects)
     indexing,
     linalg,
     linear,
+    mathops,
     misc,
     norm,
     patches,

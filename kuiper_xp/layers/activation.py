@@ -138,6 +138,8 @@ def _bound(op, key: str, default: Any) -> Any:
     v = op.param(key, None, default)
     if v is None:
         return None
+    if v in ("inf", "nan"):  # (pnnx writes float('inf') bare, which its own rules keep a word)
+        return float(v)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise LayerParameterError(f"{op.where}: parameter {key!r} should be a number or None, found {v!r}")
     return v

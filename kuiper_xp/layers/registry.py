@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -63,14 +64,34 @@ class LayerRegistry:
     def unsupported(self, ops: Iterable[Operator]) -> list[Operator]:
         return [op for op in ops if op.type not in self._creators]
 
+    def near(self, type_name: str, n: int = 3) -> list[str]:
+        """Registered types spelled like ``type_name`` (a typo, or another prefix of the same
+        name: ``torch.mT`` -> ``aten::mT``), best first."""
+        base = type_name.rsplit(".", 1)[-1].rsplit("::", 1)[-1]
+        same = [t for t in self._creators if t.rsplit(".", 1)[-1].rsplit("::", 1)[-1] == base]
+        if same:
+            return sorted(same)[:n]
+        keys: dict[str, str] = {}
+        for t in self._creators:
+            keys.setdefault(t.lower().replace("_", ""), t)
+        close = difflib.get_close_matches(type_name.lower().replace("_", ""), list(keys), n=n, cutoff=0.85)
+        return [keys[k] for k in close]
+
+    def missing_message(self, types: Iterable[str]) -> str:
+        """The closing lines of an unsupported-operator error: near spellings, and where the
+        supported types are listed."""
+        hints = [f"  {t}: did you mean {', '.join(near)}?" for t in types if (near := self.near(t))]
+        return ("\n".join(hints) + "\n" if hints else "") + (
+            f"{len(self._creators)} types are supported (docs/operators.md, "
+            "kuiper_xp.layers.registry.types())")
+
     def create(self, op: Operator, ctx: BuildContext) -> Layer:
-        """A layer for ``op``; :class:`UnsupportedOperatorError` lists the supported types."""
+        """A layer for ``op``; :class:`UnsupportedOperatorError` (with near spellings) where no
+        layer is registered for its type."""
         cls = self._creators.get(op.type)
         if cls is None:
             raise UnsupportedOperatorError(
-                f"{op.where}: unsupported operator type {op.type!r}; supported types: "
-                + ", ".join(self.types())
-            )
+                f"{op.where}: unsupported operator type {op.type!r}\n" + self.missing_message([op.type]))
         try:
             layer = cls.from_operator(op, ctx)
         except KuiperXPError:

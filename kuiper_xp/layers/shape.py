@@ -213,6 +213,8 @@ class Reshape(ShapeLayer):
     def from_operator(cls, op, ctx):
         if len(op.inputs) >= 2:
             return cls(ctx, None)
+        if op.has_param("shape") and op.params["shape"] is None:  # pnnx's spelling of view([]): 0-d
+            return cls(ctx, ())
         return cls(ctx, op.param("shape", (int,)))
 
     def forward(self, x: Any, shape: Any = None) -> Any:

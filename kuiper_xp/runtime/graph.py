@@ -244,7 +244,7 @@ class Graph:
             types = sorted({op.type for op in missing})
             raise UnsupportedOperatorError(
                 f"{model.path}: {len(missing)} operator(s) of {len(types)} unsupported type(s) "
-                f"({', '.join(types)}):\n{lines}\nsupported types: {', '.join(registry.types())}"
+                f"({', '.join(types)}):\n{lines}\n{registry.missing_message(types)}"
             )
 
         ctx = BuildContext(self.backend)

@@ -1,0 +1,952 @@
+"""Elementwise math and small views that pnnx 2.13 leaves as their own operators instead of folding
+them into a ``pnnx.Expression``: special functions (lgamma, digamma, erfinv, erfc, ndtr, ...),
+clamps against one bound, lerp / addcmul / addcdiv, nan_to_num, the floating-point predicates
+(isnan, isfinite, signbit, ...), the integer shifts, and ``x.t()`` / ``view_as`` / ``reshape_as``.
+
+pnnx spellings (torch 2.13 exports):
+
+* ``torch.t``, ``torch.positive``, ``torch.lgamma`` (also ``torch.special.gammaln``): ``$input``;
+  ``torch.bitwise_left_shift`` / ``torch.bitwise_right_shift``: ``$input $other``;
+  ``Tensor.reshape_as``: ``$input $other``; ``aten::view_as``: two positional inputs.
+* every other operator here is an ``aten::`` op whose inputs are positional, in the order of the
+  torch signature; scalar arguments come from constant ``pnnx.Expression`` ops (``expr=0.5``,
+  ``expr=None``) and arrive as Python numbers or None, or as 0-d arrays (a folded
+  ``pnnx.Attribute``). ``x.clamp_min(0.5)``: ``aten::clamp_min 2 1 x v``; ``torch.logit(x, eps)``:
+  ``aten::logit x eps`` (eps None without clamping); ``torch.lerp(a, b, w)``: ``aten::lerp a b w``;
+  ``torch.addcmul(x, t1, t2, value=v)``: ``aten::addcmul x t1 t2 v``; ``torch.nan_to_num(x, nan,
+  posinf, neginf)``: ``aten::nan_to_num x nan posinf neginf``; ``torch.xlogy(2.0, y)`` keeps the
+  order (``aten::xlogy c y``); ``torch.special.*`` spellings (erfc, exp2, expit ...) export as
+  the plain ops (``torch.special.expit`` becomes ``F.sigmoid``, ``special.erf`` an Expression).
+
+Semantics and dtypes follow torch: integer and bool inputs of a float function give float32;
+binary ops promote as torch does (a Python scalar does not raise a tensor's dtype within its
+kind); ``clamp_min(bool, 0)`` is int64; ops torch refuses for a dtype (``frac``/``hypot`` of
+integers, ``addcdiv`` of integers, shifts of floats, ``positive`` of bool, ``heaviside`` of two
+dtypes, ``lerp`` of mixed dtypes) raise a ShapeError naming the operator.
+
+Special functions are evaluated in float64 (float32 and float16 inputs are widened, then rounded
+back once), so a float32 result is the correctly rounded value up to about one ulp:
+
+* ``lgamma``: Lanczos (g = 7, n = 9) for x >= 0.5, the Taylor series of lgamma(1 + e) (zeta
+  values) within 0.2 of 1 and 2 where lgamma has its zeros, reflection
+  ``log(pi / |sin(pi x)|) - lgamma(1 - x)`` below 0.5 with an exact argument reduction; +inf at
+  the poles (0, -1, -2, ...) and at +-inf.
+* ``digamma``: torch's own algorithm in the input's dtype (not widened), so its float32 roundings
+  are torch's: recurrence up to x >= 10, the asymptotic series, reflection
+  ``psi(1 - x) - pi / tan(pi frac(x))`` for x < 0; -inf at +0, +inf at -0, NaN at negative
+  integers and -inf.
+* ``erfc`` / ``erfcx``: W. J. Cody's rational approximations (the ones behind
+  :func:`kuiper_xp.expression.functions.erf`), relative accuracy in the tail.
+* ``erfinv`` / ``ndtri``: M. Giles' single-precision approximation (an asymptotic start in the far
+  tail) refined by Newton steps on erf near 0 and on log(erfc) in the tails, where 1 - |y| is
+  exact; ``log_ndtr`` as torch writes it from erfc / erfcx; ``ndtr`` as torch, from erf in the
+  input's dtype.
+
+Close to the zeros of lgamma at negative x, torch's float32 kernel (the C library's lgammaf) loses
+digits; there the results here are the more accurate ones and differ from torch by its rounding.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.expression.functions import (
+    CODY_C,
+    CODY_D,
+    CODY_P,
+    CODY_Q,
+    SQRT_1_PI,
+    THRESH,
+    ArrayOps,
+    erf_generic,
+)
+from kuiper_xp.expression.functions import erf as _erf
+
+from .base import BuildContext, Layer
+from .misc import input_slots
+from .registry import register
+from .shape import dtype_name
+
+_SCALARS = (bool, int, float)
+_LOG_PI = math.log(math.pi)
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+_SQRT2 = math.sqrt(2.0)
+_SQRT_PI = math.sqrt(math.pi)
+_EULER = 0.57721566490153286061
+
+
+# -------------------------------------------------------------------------------------------------
+# Special functions on float64 arrays of the namespace ``xp``.
+
+def _zeta(s: int) -> float:
+    """Riemann zeta(s) for an integer s >= 2 (Euler-Maclaurin from N = 50; error < 1e-17)."""
+    n = 50
+    head = math.fsum(k ** -float(s) for k in range(1, n))
+    tail = n ** (1.0 - s) / (s - 1) + 0.5 * n ** -float(s)
+    rising, corr = float(s), 0.0
+    for j, b in enumerate((1 / 6, -1 / 30, 1 / 42, -1 / 30), start=1):
+        corr += b / math.factorial(2 * j) * rising * n ** (-s - 2 * j + 1.0)
+        rising *= (s + 2 * j - 1) * (s + 2 * j)
+    return head + tail + corr
+
+
+#: lgamma(1 + e) = sum c[k] e^k (k >= 1): c[1] = -gamma, c[k] = (-1)^k zeta(k) / k
+_LGAMMA1P = (-_EULER,) + tuple((-1) ** k * _zeta(k) / k for k in range(2, 27))
+_LANCZOS_G = 7.0
+_LANCZOS = (0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313,
+            -176.61502916214059, 12.507343278686905, -0.13857109526572012, 9.9843695780195716e-6,
+            1.5056327351493116e-7)
+#: z * sum A[i] z^(6 - i), z = 1 / x^2: the asymptotic series of digamma (torch's / Cephes' A)
+_DIGAMMA_A = (8.33333333333333333333e-2, -2.10927960927960927961e-2, 7.57575757575757575758e-3,
+              -4.16666666666666666667e-3, 3.96825396825396825397e-3, -8.33333333333333333333e-3,
+              8.33333333333333333333e-2)
+_PSI_10 = 2.25175258906672110764
+_GILES_MID = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+              -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+_GILES_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+               -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+
+
+def _horner(coeffs: tuple[float, ...], z: Any) -> Any:
+    """coeffs[0] z^n + ... + coeffs[n]."""
+    p = coeffs[0]
+    for c in coeffs[1:]:
+        p = p * z + c
+    return p
+
+
+def _lgamma_pos(x: Any, xp: Any) -> Any:
+    """lgamma(x) for x >= 0.5 (float64; +inf stays +inf)."""
+    xf = xp.where(xp.isinf(x), 1.0, x)
+    z = xf - 1.0
+    a = _LANCZOS[0]
+    for i in range(1, len(_LANCZOS)):
+        a = a + _LANCZOS[i] / (z + float(i))
+    t = z + (_LANCZOS_G + 0.5)
+    lanczos = _HALF_LOG_2PI + (z + 0.5) * xp.log(t) - t + xp.log(a)
+    # the Taylor series around 1 and 2 keeps lgamma's zeros relatively accurate
+    e1 = xp.clip(xf - 1.0, min=-0.2, max=0.2)
+    e2 = xp.clip(xf - 2.0, min=-0.2, max=0.2)
+    s1 = _horner(_LGAMMA1P[::-1], e1) * e1
+    s2 = _horner(_LGAMMA1P[::-1], e2) * e2 + xp.log1p(e2)
+    out = xp.where(xp.abs(xf - 1.0) <= 0.2, s1, xp.where(xp.abs(xf - 2.0) <= 0.2, s2, lanczos))
+    return xp.where(xp.isinf(x), x, out)
+
+
+def lgamma(x: Any, xp: Any) -> Any:
+    """torch.lgamma on a float64 array."""
+    refl = x < 0.5
+    ax = xp.abs(x)
+    finite = xp.isfinite(x)
+    xs = xp.where(finite, x, 0.0)
+    main = _lgamma_pos(xp.where(refl, 1.0 - xs, xs), xp)
+    # |sin(pi x)| by an exact reduction: u = x - floor(x) is exact for x <= -0.5
+    u = xs - xp.floor(xs)
+    v = xp.where(ax < 0.5, ax, xp.minimum(u, 1.0 - u))
+    s = xp.sin(math.pi * xp.where(finite, v, 0.5))
+    pole = (s == 0.0) & refl
+    refl_val = _LOG_PI - xp.log(xp.where(pole, 1.0, s)) - main
+    out = xp.where(refl, refl_val, main)
+    out = xp.where(pole | xp.isinf(x), xp.inf, out)
+    return xp.where(xp.isnan(x), x, out)
+
+
+def digamma(x: Any, xp: Any) -> Any:
+    """torch.digamma, vectorised from torch's calc_digamma in the dtype of ``x`` (float32 or
+    float64, so that the roundings are torch's own; the reflection term pi / tan(pi frac(x)) is
+    computed in float64, as torch does for float32 too)."""
+    neg = x < 0.0
+    finite = xp.isfinite(x)
+    y = xp.where(neg, 1.0 - x, x)
+    y = xp.where(finite & (y != 0.0), y, 10.5)
+    acc = xp.zeros_like(y)
+    for _ in range(10):
+        small = y < 10.0
+        acc = acc - xp.where(small, 1.0 / y, 0.0)
+        y = xp.where(small, y + 1.0, y)
+    z = 1.0 / (y * y)
+    res = acc + xp.log(y) - 0.5 / y - z * _horner(_DIGAMMA_A, z)
+    res = xp.where(y == 10.0, acc + _PSI_10, res)
+    x64 = x if x.dtype == xp.float64 else xp.astype(x, xp.float64)
+    r = x64 - xp.trunc(x64)
+    refl = math.pi / xp.tan(math.pi * xp.where(neg & finite & (r != 0.0), r, 0.25))
+    res = xp.where(neg, res - (refl if x.dtype == xp.float64 else xp.astype(refl, x.dtype)), res)
+    res = xp.where(neg & ((r == 0.0) | ~finite), xp.nan, res)  # negative integers, -inf
+    res = xp.where(x == 0.0, xp.copysign(xp.full_like(x, xp.inf), -x), res)
+    res = xp.where(x == xp.inf, xp.inf, res)
+    return xp.where(xp.isnan(x), x, res)
+
+
+def _erfc_ratio_mid(y: Any) -> Any:
+    """erfcx(y) for 0.46875 <= y <= 4 (Cody)."""
+    c, d = CODY_C, CODY_D
+    num = c[8] * y
+    den = y
+    for i in range(7):
+        num = (num + c[i]) * y
+        den = (den + d[i]) * y
+    return (num + c[7]) / (den + d[7])
+
+
+def _erfc_ratio_large(y: Any) -> Any:
+    """erfcx(y) for y >= 4 (Cody; y may be +inf)."""
+    p, q = CODY_P, CODY_Q
+    z = 1.0 / (y * y)
+    num = p[5] * z
+    den = z
+    for i in range(4):
+        num = (num + p[i]) * z
+        den = (den + q[i]) * z
+    r = z * (num + p[4]) / (den + q[4])
+    return (SQRT_1_PI - r) / y
+
+
+def _erfcx_pos(y: Any, xp: Any) -> Any:
+    """erfcx(y) = exp(y^2) erfc(y) for y >= 0 (float64; NaN for NaN)."""
+    mid = _erfc_ratio_mid(xp.clip(y, min=THRESH, max=4.0))
+    large = _erfc_ratio_large(xp.clip(y, min=4.0))
+    ys = xp.clip(y, max=THRESH)
+    small = xp.exp(ys * ys) * (1.0 - erf_generic(ys, xp))
+    return xp.where(y <= THRESH, small, xp.where(y <= 4.0, mid, large))
+
+
+def _exp_neg_sq(y: Any, xp: Any) -> Any:
+    """exp(-y*y) without the rounding error of y*y in the exponent (Cody's split)."""
+    ysq = xp.trunc(y * 16.0) / 16.0
+    return xp.exp(-ysq * ysq) * xp.exp(-(y - ysq) * (y + ysq))
+
+
+def erfc(x: Any, xp: Any) -> Any:
+    """torch.erfc on a float64 array: relatively accurate down to the underflow near x = 26.5."""
+    y = xp.clip(xp.abs(x), max=30.0)
+    pos = _erfcx_pos(y, xp) * _exp_neg_sq(y, xp)
+    out = xp.where(x < 0.0, 2.0 - pos, pos)
+    xs = xp.clip(x, min=-THRESH, max=THRESH)
+    out = xp.where(xp.abs(x) <= THRESH, 1.0 - erf_generic(xs, xp), out)
+    return xp.where(xp.isnan(x), x, out)
+
+
+def erfcx(x: Any, xp: Any, sq: Any = None) -> Any:
+    """torch.special.erfcx on a float64 array: exp(x^2) erfc(x) (+inf below about -26.6). ``sq``:
+    x * x as torch rounds it in the input's dtype (it sets the value for x < 0)."""
+    y = xp.abs(x)
+    pos = _erfcx_pos(y, xp)
+    sq = x * x if sq is None else sq
+    neg = 2.0 * xp.exp(xp.where(x < -26.7, 0.0, sq)) - pos
+    out = xp.where(x < 0.0, xp.where(x < -26.7, xp.inf, neg), pos)
+    return xp.where(xp.isnan(x), x, out)
+
+
+def _erfcinv_small(t: Any, xp: Any) -> Any:
+    """erfc^-1(t) for 0 < t <= 0.5 (float64): a start from Giles' approximation (an asymptotic
+    one in the far tail), then Newton steps on log(erfc(x)) = log(t)."""
+    w = -xp.log(t * (2.0 - t))
+    g_mid = _horner(_GILES_MID, w - 2.5)
+    g_tail = _horner(_GILES_TAIL, xp.sqrt(w) - 3.0)
+    lt = -xp.log(t)
+    asym = xp.sqrt(xp.clip(lt - 0.5 * xp.log(math.pi * lt), min=0.0))
+    x = xp.where(w < 5.0, g_mid, g_tail) * (1.0 - t)
+    x = xp.where(w > 16.0, asym, x)
+    logt = xp.log(t)
+    for _ in range(4):
+        ex = _erfcx_pos(xp.clip(x, min=0.0), xp)
+        x = x + (xp.log(ex) - x * x - logt) * (0.5 * _SQRT_PI) * ex
+    return x
+
+
+def erfinv(y: Any, xp: Any) -> Any:
+    """torch.erfinv on a float64 array: +-inf at +-1, NaN outside [-1, 1]."""
+    a = xp.abs(y)
+    inner = a <= 0.5
+    yc = xp.where(inner, y, 0.0)
+    w = -xp.log((1.0 - yc) * (1.0 + yc))
+    x = _horner(_GILES_MID, w - 2.5) * yc
+    for _ in range(2):
+        x = x - (_erf(x, xp) - yc) * (0.5 * _SQRT_PI) * xp.exp(x * x)
+    t = xp.where(inner | (a >= 1.0), 0.5, 1.0 - a)  # exact for |y| >= 0.5
+    tail = _erfcinv_small(t, xp)
+    out = xp.where(inner, x, xp.where(y < 0.0, -tail, tail))
+    out = xp.where(a == 1.0, xp.copysign(xp.full_like(y, xp.inf), y), out)
+    return xp.where((a > 1.0) | xp.isnan(y), xp.nan, out)
+
+
+
+
+def log_ndtr(t: Any, tt: Any, xp: Any) -> Any:
+    """torch.special.log_ndtr of x from t = x / sqrt(2) and tt = t * t (float64 arrays of the
+    values torch rounds in the input's dtype): log(erfcx(-t) / 2) - t^2 below x = -1, else
+    log1p(-erfc(t) / 2)."""
+    low_side = t < -1.0 / _SQRT2
+    tl = xp.where(low_side, t, -1.0)
+    low = xp.log(erfcx(-tl, xp) / 2.0) - xp.where(low_side, tt, 1.0)
+    high = xp.log1p(-erfc(xp.where(low_side, 0.0, t), xp) / 2.0)
+    out = xp.where(low_side, low, high)
+    return xp.where(xp.isnan(t), t, out)
+
+
+def ndtri(p: Any, xp: Any) -> Any:
+    """torch.special.ndtri: the inverse of the normal CDF; -inf at 0, +inf at 1, NaN outside."""
+    low = p < 0.25
+    high = p > 0.75
+    t = xp.where(low, 2.0 * p, xp.where(high, 2.0 * (1.0 - p), 0.5))  # exact
+    t = xp.where(t > 0.0, t, 0.5)
+    tail = _SQRT2 * _erfcinv_small(t, xp)
+    mid = _SQRT2 * erfinv(xp.where(low | high, 0.0, 2.0 * p - 1.0), xp)
+    out = xp.where(low, -tail, xp.where(high, tail, mid))
+    out = xp.where(p == 0.0, -xp.inf, xp.where(p == 1.0, xp.inf, out))
+    return xp.where((p < 0.0) | (p > 1.0) | xp.isnan(p), xp.nan, out)
+
+
+# -------------------------------------------------------------------------------------------------
+# Layers
+
+
+class _Op(Layer):
+    """Shared plumbing: input slots (``$name`` or positional, in ``slots`` order; the first
+    ``required`` must be there), torch's dtype promotion, float widening."""
+
+    slots: ClassVar[tuple[str, ...]] = ("input",)
+    required: ClassVar[int] = 1
+
+    def __init__(self, ctx: BuildContext, order: list[int | None], consts: dict[int, Any], where: str):
+        super().__init__(ctx)
+        self.order, self.consts, self.where = order, consts, where
+        self.ops = ArrayOps(ctx.xp, ctx.device)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        pos = input_slots(op, cls.slots)
+        consts: dict[int, Any] = {}
+        for k, name in enumerate(cls.slots):
+            # a scalar argument written as a parameter (``other=2``) instead of an input
+            if name not in pos and op.has_param(name):
+                v = op.params[name]
+                if v is not None and not isinstance(v, _SCALARS):
+                    raise LayerParameterError(f"{op.where}: parameter {name}={v!r} should be a number")
+                consts[k] = v
+        missing = [k for i, k in enumerate(cls.slots[: cls.required]) if k not in pos and i not in consts]
+        if missing:
+            raise LayerParameterError(f"{op.where}: {len(op.inputs)} inputs, missing {missing}; this operator "
+                                      f"takes {list(cls.slots)}")
+        return cls(ctx, [pos.get(k) for k in cls.slots], consts, op.where)
+
+    @property
+    def who(self) -> str:
+        return f"{self.op_type} {self.op_name!r}"
+
+    def forward(self, *inputs: Any) -> Any:
+        return self.compute(*[self.consts.get(k) if i is None else inputs[i] for k, i in enumerate(self.order)])
+
+    def compute(self, *args: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- helpers -----------------------------------------------------------------------------
+    def is_float(self, dt: Any) -> bool:
+        return self.xp.isdtype(dt, "real floating")
+
+    def array(self, v: Any, what: str = "input") -> Any:
+        if isinstance(v, _SCALARS) or not hasattr(v, "dtype"):
+            raise ShapeError(f"{self.who}: {what} should be a tensor, found {type(v).__name__} {v!r}")
+        if self.xp.isdtype(v.dtype, "complex floating"):
+            raise ShapeError(f"{self.who}: complex tensors are not supported")
+        return v
+
+    def scalar(self, v: Any, what: str, allow_none: bool = False) -> Any:
+        """A Python number from a constant operand (a number or a one-element array)."""
+        if v is None and allow_none:
+            return None
+        if isinstance(v, _SCALARS):
+            return v
+        if hasattr(v, "shape") and math.prod(v.shape) == 1:
+            v = self.xp.reshape(v, ())
+            return bool(v) if v.dtype == self.xp.bool else int(v) if self.xp.isdtype(v.dtype, "integral") else float(v)
+        raise ShapeError(f"{self.who}: {what} should be a number, found {type(v).__name__} {getattr(v, 'shape', v)!r}")
+
+    def float_dtype(self, x: Any) -> Any:
+        """torch's result dtype of a float function: integers and bool give float32."""
+        return x.dtype if self.is_float(x.dtype) else self.xp.float32
+
+    def as_float(self, x: Any) -> Any:
+        dt = self.float_dtype(x)
+        return x if x.dtype == dt else self.xp.astype(x, dt)
+
+    def widen(self, x: Any) -> Any:
+        xp = self.xp
+        return x if x.dtype == xp.float64 else xp.astype(x, xp.float64)
+
+    def via64(self, fn: Any, x: Any) -> Any:
+        """``fn`` evaluated in float64 on ``x`` widened, rounded back to torch's result dtype."""
+        xp = self.xp
+        x = self.array(x)
+        dt = self.float_dtype(x)
+        y = fn(x if x.dtype == xp.float64 else xp.astype(x, xp.float64), xp)
+        return y if dt == xp.float64 else xp.astype(y, dt)
+
+    def promote(self, *values: Any, floating: bool = False) -> tuple[Any, list[Any]]:
+        """torch's result dtype of ``values`` (arrays and Python numbers; with ``floating``, an
+        integer or bool result becomes float32) and the values as arrays of it (numbers as 0-d)."""
+        xp = self.xp
+        for v in values:
+            if not isinstance(v, _SCALARS):
+                self.array(v)
+        dt = self.ops.result_dtype(values)
+        if dt is None:
+            raise ShapeError(f"{self.who}: needs at least one tensor")
+        if floating and not self.is_float(dt):
+            dt = xp.float32
+        out = []
+        for v in values:
+            if isinstance(v, _SCALARS):
+                v = xp.asarray(v, dtype=dt, device=self.device)
+            elif v.dtype != dt:
+                v = xp.astype(v, dt)
+            out.append(v)
+        return dt, out
+
+    def need_float(self, dt: Any, name: str) -> None:
+        if not self.is_float(dt):
+            raise ShapeError(f"{self.who}: {name} is not defined for {dtype_name(dt)} tensors (torch raises too)")
+
+
+# -- views ----------------------------------------------------------------------------------------
+
+
+@register("torch.t")
+class MatrixT(_Op):
+    """``x.t()``: the transpose of a 2-D tensor; 0-D and 1-D tensors come back unchanged."""
+
+    def compute(self, x):
+        if x.ndim > 2:
+            raise ShapeError(f"{self.who}: t() expects a tensor with <= 2 dimensions, found shape {tuple(x.shape)}")
+        return self.xp.matrix_transpose(x) if x.ndim == 2 else x
+
+
+@register("aten::numpy_T")
+class NumpyT(_Op):
+    """``x.T``: x with all its dimensions reversed (a 2-D tensor's transpose)."""
+
+    def compute(self, x):
+        return self.xp.permute_dims(x, tuple(range(x.ndim))[::-1]) if x.ndim > 1 else x
+
+
+@register("aten::mT", "aten::mH")
+class MatrixTranspose(_Op):
+    """``x.mT``: the last two dimensions swapped (``x.mH`` and ``torch.adjoint(x)``: also conjugated)."""
+
+    def compute(self, x):
+        if x.ndim < 2:
+            raise ShapeError(f"{self.who}: expects a tensor with at least 2 dimensions, found shape {tuple(x.shape)}")
+        y = self.xp.matrix_transpose(x)
+        if self.op_type != "aten::mT" and self.xp.isdtype(x.dtype, "complex floating"):
+            y = self.xp.conj(y)
+        return y
+
+
+@register("aten::view_as", "Tensor.reshape_as")
+class ReshapeAs(_Op):
+    """``a.view_as(b)`` / ``a.reshape_as(b)``: ``a`` reshaped (row-major) to ``b``'s shape."""
+
+    slots = ("input", "other")
+    required = 2
+
+    def compute(self, x, other):
+        shape = tuple(other.shape)
+        if math.prod(shape) != math.prod(x.shape):
+            raise ShapeError(f"{self.who}: cannot reshape a tensor of shape {tuple(x.shape)} "
+                             f"({math.prod(x.shape)} elements) to {shape}")
+        return self.xp.reshape(x, shape)
+
+
+# -- simple unary ---------------------------------------------------------------------------------
+
+
+@register("torch.positive")
+class Positive(_Op):
+    """``torch.positive(x)``: x itself (bool tensors are refused, as torch does)."""
+
+    def compute(self, x):
+        x = self.array(x)
+        if x.dtype == self.xp.bool:
+            raise ShapeError(f"{self.who}: positive is not defined for bool tensors (torch raises too)")
+        return x
+
+
+@register("torch.lgamma")
+class LGamma(_Op):
+    """``torch.lgamma``: log |Gamma(x)|, +inf at the poles 0, -1, -2, ... and at +-inf."""
+
+    def compute(self, x):
+        return self.via64(lgamma, x)
+
+
+@register("aten::digamma")
+class Digamma(_Op):
+    """``torch.digamma``: the logarithmic derivative of Gamma; -inf at +0, +inf at -0, NaN at the
+    negative integers."""
+
+    def compute(self, x):
+        x = self.array(x)
+        xp = self.xp
+        dt = self.float_dtype(x)
+        work = dt if dt == xp.float64 else xp.float32  # (float16: in float32, as torch)
+        y = digamma(x if x.dtype == work else xp.astype(x, work), xp)
+        return y if y.dtype == dt else xp.astype(y, dt)
+
+
+@register("aten::erfinv")
+class ErfInv(_Op):
+    """``torch.erfinv``: the inverse error function; +-inf at +-1, NaN outside [-1, 1]."""
+
+    def compute(self, x):
+        return self.via64(erfinv, x)
+
+
+@register("aten::erfc")
+class Erfc(_Op):
+    """``torch.erfc``: 1 - erf(x), accurate relative to its value in the tail."""
+
+    def compute(self, x):
+        return self.via64(erfc, x)
+
+
+@register("aten::special_erfcx")
+class Erfcx(_Op):
+    """``torch.special.erfcx``: the scaled complementary error function exp(x^2) erfc(x)."""
+
+    def compute(self, x):
+        x = self.as_float(self.array(x))
+        sq = self.widen(x * x)  # (rounded in the input's dtype, as torch)
+        return self.via64(lambda v, xp: erfcx(v, xp, sq), x)
+
+
+@register("aten::special_ndtr")
+class Ndtr(_Op):
+    """``torch.special.ndtr``: the standard normal CDF, (1 + erf(x / sqrt(2))) / 2 in the input's
+    dtype as torch computes it (so the far left tail rounds to 0, as in torch)."""
+
+    def compute(self, x):
+        x = self.as_float(self.array(x))
+        return (1.0 + _erf(x * (1.0 / _SQRT2), self.xp)) * 0.5
+
+
+@register("aten::special_ndtri")
+class Ndtri(_Op):
+    """``torch.special.ndtri``: the inverse of the standard normal CDF; -inf at 0, +inf at 1."""
+
+    def compute(self, x):
+        return self.via64(ndtri, x)
+
+
+@register("aten::special_log_ndtr")
+class LogNdtr(_Op):
+    """``torch.special.log_ndtr``: log of the standard normal CDF, accurate far into both tails."""
+
+    def compute(self, x):
+        t = self.as_float(self.array(x)) * (1.0 / _SQRT2)
+        tt = self.widen(t * t)
+        return self.via64(lambda v, xp: log_ndtr(v, tt, xp), t)
+
+
+@register("aten::exp2")
+class Exp2(_Op):
+    """``torch.exp2``: 2 ** x."""
+
+    def compute(self, x):
+        return self.via64(lambda v, xp: xp.pow(2.0, v), x)
+
+
+@register("aten::log2")
+class Log2(_Op):
+    """``torch.log2``: the base-2 logarithm."""
+
+    def compute(self, x):
+        return self.xp.log2(self.as_float(self.array(x)))
+
+
+@register("aten::sinc")
+class Sinc(_Op):
+    """``torch.sinc``: sin(pi x) / (pi x), 1 at 0 (computed in the input's dtype, as torch)."""
+
+    def compute(self, x):
+        xp = self.xp
+        x = self.as_float(self.array(x))
+        px = x * math.pi
+        return xp.where(x == 0, xp.asarray(1.0, dtype=x.dtype, device=self.device),
+                        xp.sin(px) / xp.where(x == 0, 1.0, px))
+
+
+@register("aten::frac")
+class Frac(_Op):
+    """``torch.frac``: x - trunc(x) (floating tensors only; NaN at +-inf)."""
+
+    def compute(self, x):
+        x = self.array(x)
+        self.need_float(x.dtype, "frac")
+        return x - self.xp.trunc(x)
+
+
+@register("aten::deg2rad", "aten::rad2deg")
+class AngleUnits(_Op):
+    """``torch.deg2rad`` / ``torch.rad2deg``: x times pi / 180 (or 180 / pi)."""
+
+    def compute(self, x):
+        f = math.pi / 180.0 if self.op_type.endswith("deg2rad") else 180.0 / math.pi
+        return self.as_float(self.array(x)) * f
+
+
+@register("aten::sgn")
+class Sgn(_Op):
+    """``torch.sgn`` of a real tensor: its sign (0 for NaN and 0; bool stays bool)."""
+
+    def compute(self, x):
+        xp = self.xp
+        x = self.array(x)
+        if x.dtype == xp.bool:
+            return x
+        s = xp.sign(x)
+        return xp.where(xp.isnan(x), xp.zeros_like(s), s) if self.is_float(x.dtype) else s
+
+
+@register("aten::special_entr")
+class Entr(_Op):
+    """``torch.special.entr``: -x log(x) for x > 0, 0 at 0, -inf for x < 0."""
+
+    def compute(self, x):
+        xp = self.xp
+        x = self.as_float(self.array(x))
+        pos = x > 0
+        y = -x * xp.log(xp.where(pos, x, 1.0))
+        y = xp.where(x < 0, -xp.inf, xp.where(x == 0, 0.0, y))
+        return xp.where(xp.isnan(x), x, y)
+
+
+@register("aten::isfinite", "aten::isnan", "aten::isinf", "aten::isposinf", "aten::isneginf",
+          "aten::signbit", "aten::isreal")
+class FloatPredicate(_Op):
+    """``torch.isfinite`` / ``isnan`` / ``isinf`` / ``isposinf`` / ``isneginf`` / ``signbit`` /
+    ``isreal``: a bool tensor (integer and bool inputs are finite, never NaN, and have a sign bit
+    only when negative)."""
+
+    def compute(self, x):
+        xp = self.xp
+        x = self.array(x)
+        kind = self.op_type.split("::")[-1]
+        if self.is_float(x.dtype):
+            if kind == "isfinite":
+                return xp.isfinite(x)
+            if kind == "isnan":
+                return xp.isnan(x)
+            if kind == "isinf":
+                return xp.isinf(x)
+            if kind == "isposinf":
+                return x == xp.inf
+            if kind == "isneginf":
+                return x == -xp.inf
+            if kind == "signbit":
+                return xp.signbit(x)
+            return xp.ones(x.shape, dtype=xp.bool, device=self.device)
+        if kind == "signbit" and x.dtype != xp.bool:
+            return x < 0
+        fill = kind in ("isfinite", "isreal")
+        return xp.full(x.shape, fill, dtype=xp.bool, device=self.device)
+
+
+# -- unary with scalar arguments -------------------------------------------------------------------
+
+
+@register("aten::logit")
+class Logit(_Op):
+    """``torch.logit(x, eps)``: log(x / (1 - x)), x first clamped to [eps, 1 - eps] (torch's order:
+    below eps gives eps, else above 1 - eps gives 1 - eps) unless eps is None."""
+
+    slots = ("input", "eps")
+
+    def compute(self, x, eps=None):
+        xp = self.xp
+        x = self.as_float(self.array(x))
+        eps = self.scalar(eps, "eps", allow_none=True)
+        if eps is not None:
+            lo, hi = float(eps), 1.0 - float(eps)
+            x = xp.where(x < lo, lo, xp.where(x > hi, hi, x))
+        return xp.log(x / (1.0 - x))
+
+
+@register("aten::mvlgamma")
+class MvLGamma(_Op):
+    """``torch.mvlgamma(x, p)``: the multivariate log-gamma, sum of lgamma(x - i/2) for i < p plus
+    p (p - 1) / 4 log(pi); p >= 1."""
+
+    slots = ("input", "p")
+    required = 2
+
+    def compute(self, x, p):
+        p = self.scalar(p, "p")
+        if isinstance(p, float) or p < 1:
+            raise LayerParameterError(f"{self.who}: p must be an integer >= 1, found {p!r}")
+
+        def fn(v, xp):
+            total = None
+            for i in range(p - 1, -1, -1):  # torch sums from x - (p-1)/2 up to x
+                term = lgamma(v - 0.5 * i, xp)
+                total = term if total is None else total + term
+            return total + p * (p - 1) / 4.0 * _LOG_PI
+
+        return self.via64(fn, x)
+
+
+@register("aten::clamp_min", "aten::clamp_max")
+class ClampOne(_Op):
+    """``x.clamp_min(v)`` / ``x.clamp_max(v)``: max(x, v) / min(x, v) against a number or a
+    (broadcast) tensor, in torch's promoted dtype; NaN in either propagates."""
+
+    slots = ("input", "bound")
+    required = 2
+
+    def compute(self, x, v):
+        xp = self.xp
+        x = self.array(x)
+        is_min = self.op_type.endswith("clamp_min")
+        if isinstance(v, _SCALARS) or v.ndim == 0:
+            if isinstance(v, bool) or (not isinstance(v, _SCALARS) and v.dtype == xp.bool):
+                if x.dtype == xp.bool:
+                    raise ShapeError(f"{self.who}: clamp of a bool tensor by a bool (torch raises too)")
+        dt, (x, v) = self.promote(x, v)
+        if dt == xp.bool:
+            return xp.logical_or(x, v) if is_min else xp.logical_and(x, v)
+        return xp.maximum(x, v) if is_min else xp.minimum(x, v)
+
+
+@register("aten::nan_to_num")
+class NanToNum(_Op):
+    """``torch.nan_to_num(x, nan, posinf, neginf)``: NaN, +inf and -inf replaced (defaults 0 and
+    the dtype's largest / lowest finite value); integer and bool tensors come back unchanged."""
+
+    slots = ("input", "nan", "posinf", "neginf")
+
+    def compute(self, x, nan=None, posinf=None, neginf=None):
+        xp = self.xp
+        x = self.array(x)
+        if not self.is_float(x.dtype):
+            return x
+        fi = xp.finfo(x.dtype)
+        nan = self.scalar(nan, "nan", allow_none=True)
+        posinf = self.scalar(posinf, "posinf", allow_none=True)
+        neginf = self.scalar(neginf, "neginf", allow_none=True)
+        vals = [0.0 if nan is None else float(nan), float(fi.max) if posinf is None else float(posinf),
+                float(fi.min) if neginf is None else float(neginf)]
+        # each replacement rounded to the dtype, as torch's cast (overflow gives +-inf)
+        n, p, m = (xp.asarray(v, dtype=xp.float64, device=self.device) for v in vals)
+        n, p, m = (xp.astype(a, x.dtype) for a in (n, p, m))
+        y = xp.where(xp.isnan(x), n, x)
+        y = xp.where(x == xp.inf, p, y)
+        return xp.where(x == -xp.inf, m, y)
+
+
+# -- binary ---------------------------------------------------------------------------------------
+
+
+class _Binary(_Op):
+    slots = ("input", "other")
+    required = 2
+
+
+@register("aten::hypot")
+class Hypot(_Binary):
+    """``torch.hypot(a, b)``: sqrt(a^2 + b^2) without overflow (floating tensors only)."""
+
+    def compute(self, a, b):
+        dt, (a, b) = self.promote(a, b)
+        self.need_float(dt, "hypot")
+        return self.xp.hypot(a, b)
+
+
+@register("aten::copysign")
+class CopySign(_Binary):
+    """``torch.copysign(a, b)``: |a| with the sign of b (integers give float32)."""
+
+    def compute(self, a, b):
+        _, (a, b) = self.promote(a, b, floating=True)
+        return self.xp.copysign(a, b)
+
+
+@register("aten::nextafter")
+class NextAfter(_Binary):
+    """``torch.nextafter(a, b)``: the next floating-point value after a towards b."""
+
+    def compute(self, a, b):
+        dt, (a, b) = self.promote(a, b)
+        self.need_float(dt, "nextafter")
+        return self.xp.nextafter(a, b)
+
+
+@register("aten::fmin", "aten::fmax")
+class FMinMax(_Binary):
+    """``torch.fmin`` / ``torch.fmax``: elementwise min / max that ignores a NaN in one operand."""
+
+    def compute(self, a, b):
+        xp = self.xp
+        dt, (a, b) = self.promote(a, b)
+        is_min = self.op_type.endswith("fmin")
+        if dt == xp.bool:
+            return xp.logical_and(a, b) if is_min else xp.logical_or(a, b)
+        m = xp.minimum(a, b) if is_min else xp.maximum(a, b)
+        if not self.is_float(dt):
+            return m
+        return xp.where(xp.isnan(a), b, xp.where(xp.isnan(b), a, m))
+
+
+@register("aten::float_power")
+class FloatPower(_Binary):
+    """``torch.float_power(a, b)``: a ** b in float64."""
+
+    def compute(self, a, b):
+        xp = self.xp
+        vals = []
+        for v in (a, b):
+            if isinstance(v, _SCALARS):
+                vals.append(float(v))
+            else:
+                v = self.array(v)
+                vals.append(v if v.dtype == xp.float64 else xp.astype(v, xp.float64))
+        if all(isinstance(v, float) for v in vals):
+            raise ShapeError(f"{self.who}: needs at least one tensor")
+        return xp.pow(*vals)
+
+
+@register("aten::logaddexp2")
+class LogAddExp2(_Binary):
+    """``torch.logaddexp2(a, b)``: log2(2^a + 2^b), computed stably (floating tensors only)."""
+
+    def compute(self, a, b):
+        xp = self.xp
+        dt, (a, b) = self.promote(a, b)
+        self.need_float(dt, "logaddexp2")
+        m = xp.maximum(a, b)
+        d = xp.abs(a - b)
+        y = m + xp.log1p(xp.pow(2.0, -xp.where(xp.isnan(d), 0.0, d))) * (1.0 / math.log(2.0))
+        same_inf = xp.isinf(a) & (a == b)
+        return xp.where(same_inf, a, xp.where(xp.isnan(d), a - b, y))
+
+
+@register("aten::ldexp")
+class Ldexp(_Binary):
+    """``torch.ldexp(x, e)``: x * 2^e, in the float dtype of x and 2^e (integers give float32)."""
+
+    def compute(self, x, e):
+        xp = self.xp
+        if not isinstance(e, _SCALARS):
+            e = self.as_float(self.array(e, "exponent"))
+        p = xp.pow(2.0, e) if not isinstance(e, _SCALARS) else 2.0 ** float(e)
+        _, (x, p) = self.promote(x, p, floating=True)
+        return x * p
+
+
+@register("aten::xlogy", "aten::special_xlog1py")
+class XLogY(_Binary):
+    """``torch.xlogy(x, y)`` = x log(y) / ``torch.special.xlog1py(x, y)`` = x log1p(y): 0 where x is
+    0 (unless y is NaN); integers give float32."""
+
+    def compute(self, x, y):
+        xp = self.xp
+        _, (x, y) = self.promote(x, y, floating=True)
+        log = xp.log1p if self.op_type.endswith("xlog1py") else xp.log
+        r = x * log(y)
+        r = xp.where(x == 0, xp.zeros_like(r), r)
+        return xp.where(xp.isnan(y), y + xp.zeros_like(r), r)
+
+
+@register("aten::heaviside")
+class Heaviside(_Binary):
+    """``torch.heaviside(x, values)``: 0 where x < 0 (and NaN), values where x == 0, 1 where x > 0;
+    both tensors of one dtype, as torch requires."""
+
+    def compute(self, x, values):
+        xp = self.xp
+        x = self.array(x)
+        values = self.array(values, "values")
+        if x.dtype != values.dtype:
+            raise ShapeError(f"{self.who}: heaviside of tensors of different dtypes ({dtype_name(x.dtype)}, "
+                             f"{dtype_name(values.dtype)}); torch raises too")
+        step = xp.astype(x > 0, x.dtype) if x.dtype != xp.bool else x
+        return xp.where(x == 0 if x.dtype != xp.bool else ~x, values, step)
+
+
+@register("torch.bitwise_left_shift", "torch.bitwise_right_shift")
+class Shift(_Binary):
+    """``torch.bitwise_left_shift`` / ``bitwise_right_shift`` of integer tensors, with torch's rules
+    for out-of-range counts: a negative count or one >= the bit width gives 0 (left), the sign
+    fill (right, signed) or 0 (right, unsigned); left shifts wrap around."""
+
+    def compute(self, a, b):
+        xp = self.xp
+        dt, (a, b) = self.promote(a, b)
+        if dt == xp.bool or not xp.isdtype(dt, "integral"):
+            raise ShapeError(f"{self.who}: shifts are not defined for {dtype_name(dt)} tensors (torch raises too)")
+        bits = xp.iinfo(dt).bits
+        signed = xp.isdtype(dt, "signed integer")
+        bad = (b < 0) | (b >= bits) if signed else b >= bits
+        cnt = xp.where(bad, xp.zeros_like(b), b)
+        zero = xp.zeros_like(a)
+        if self.op_type.endswith("left_shift"):
+            return xp.where(bad, zero, xp.bitwise_left_shift(a, cnt))
+        fill = xp.bitwise_right_shift(a, xp.full_like(b, bits - 1)) if signed else zero
+        return xp.where(bad, fill, xp.bitwise_right_shift(a, cnt))
+
+
+# -- ternary --------------------------------------------------------------------------------------
+
+
+@register("aten::lerp")
+class Lerp(_Op):
+    """``torch.lerp(start, end, weight)``: start + weight (end - start) as torch computes it
+    (from end when |weight| >= 0.5); start and end of one floating dtype, weight a number or a
+    tensor of that dtype (a 0-d tensor of another float dtype is cast)."""
+
+    slots = ("input", "end", "weight")
+    required = 3
+
+    def compute(self, start, end, w):
+        xp = self.xp
+        start, end = self.array(start), self.array(end, "end")
+        if start.dtype != end.dtype:
+            raise ShapeError(f"{self.who}: start and end must have one dtype, found {dtype_name(start.dtype)} "
+                             f"and {dtype_name(end.dtype)} (torch raises too)")
+        self.need_float(start.dtype, "lerp")
+        if not isinstance(w, _SCALARS):
+            w = self.array(w, "weight")
+            if w.ndim == 0 and self.is_float(w.dtype) and w.dtype != start.dtype:
+                w = xp.astype(w, start.dtype)
+            if w.dtype != start.dtype:
+                raise ShapeError(f"{self.who}: weight must have dtype {dtype_name(start.dtype)}, found "
+                                 f"{dtype_name(w.dtype)} (torch raises too)")
+        diff = end - start
+        if isinstance(w, _SCALARS):
+            w = float(w)
+            return start + w * diff if abs(w) < 0.5 else end - diff * (1.0 - w)
+        return xp.where(xp.abs(w) < 0.5, start + w * diff, end - diff * (1.0 - w))
+
+
+@register("aten::addcmul", "aten::addcdiv")
+class AddCMulDiv(_Op):
+    """``torch.addcmul(x, t1, t2, value)`` = x + value * t1 * t2 and ``torch.addcdiv`` =
+    x + value * t1 / t2 (value cast to the result dtype; addcdiv of integer t1 and t2 is refused,
+    as in torch)."""
+
+    slots = ("input", "tensor1", "tensor2", "value")
+    required = 3
+
+    def compute(self, x, t1, t2, value=1):
+        xp = self.xp
+        value = self.scalar(1 if value is None else value, "value")
+        is_div = self.op_type.endswith("addcdiv")
+        t1, t2 = self.array(t1, "tensor1"), self.array(t2, "tensor2")
+        if is_div and not self.is_float(t1.dtype) and not self.is_float(t2.dtype):
+            raise ShapeError(f"{self.who}: integer division with addcdiv is not supported (torch raises too)")
+        dt, (x, t1, t2) = self.promote(x, t1, t2)
+        if dt == xp.bool:
+            raise ShapeError(f"{self.who}: not defined for bool tensors (torch raises too)")
+        v = float(value) if self.is_float(dt) else int(value)
+        scaled = t1 * v if v != 1 else t1
+        return x + (scaled / t2 if is_div else scaled * t2)

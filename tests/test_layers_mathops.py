@@ -1,0 +1,278 @@
+"""Elementwise math operators pnnx keeps as their own ops (kuiper_xp.layers.mathops): special
+functions (lgamma, digamma, erfinv, erfc, erfcx, ndtr, ndtri, log_ndtr), clamp_min / clamp_max,
+logit, lerp, addcmul / addcdiv, nan_to_num, the float predicates, hypot / xlogy / heaviside /
+copysign / fmin / fmax / float_power / logaddexp2 / nextafter / ldexp, the integer shifts and
+``t`` / ``view_as`` / ``reshape_as``: pnnx exports of small torch modules run on every backend
+leg and compared with torch, the special functions over wide ranges (poles, infinities, NaN, far
+tails) against torch in float32 and float64, and the errors for inputs torch refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_close
+from test_layers_misc import export_module, make_layer, t2n
+from torch import nn
+
+import kuiper_xp
+from kuiper_xp.errors import LayerParameterError, ShapeError
+
+
+class Fn(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *a):
+        return self.fn(*a)
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _r(*shape, seed=0, scale=1.0, dtype=torch.float32):
+    return (torch.randn(*shape, generator=_g(seed), dtype=torch.float64) * scale).to(dtype)
+
+
+def _u(*shape, seed=0, lo=0.0, hi=1.0, dtype=torch.float32):
+    return (torch.rand(*shape, generator=_g(seed), dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+
+
+_SPECIAL = torch.tensor([0.0, -0.0, 1.0, 2.0, -1.0, -2.5, 0.5, float("inf"), -float("inf"), float("nan")])
+
+
+def _unary_all(x, u, p):
+    return (torch.lgamma(x), torch.digamma(x), torch.erfc(x), torch.special.erfcx(x), torch.special.ndtr(x),
+            torch.special.log_ndtr(x), torch.exp2(x), torch.sinc(x), torch.frac(x), torch.deg2rad(x),
+            torch.rad2deg(x), torch.sgn(x), torch.special.entr(x), torch.log2(x), torch.erfinv(u),
+            torch.special.ndtri(p), torch.logit(p), torch.logit(p, eps=0.2), torch.special.gammaln(x),
+            torch.positive(x), torch.mvlgamma(x.abs() + 1.5, 3))
+
+
+def _with_specials(x):
+    x = x.clone()
+    x.view(-1)[: _SPECIAL.numel()] = _SPECIAL.to(x.dtype)
+    return x
+
+
+_UNARY_TYPES = {"torch.lgamma", "aten::digamma", "aten::erfc", "aten::special_erfcx", "aten::special_ndtr",
+                "aten::special_log_ndtr", "aten::exp2", "aten::sinc", "aten::frac", "aten::deg2rad", "aten::rad2deg",
+                "aten::sgn", "aten::special_entr", "aten::log2", "aten::erfinv", "aten::special_ndtri", "aten::logit",
+                "torch.positive", "aten::mvlgamma"}
+
+
+def _binary_all(a, b):
+    return (torch.hypot(a, b), torch.copysign(a, b), torch.nextafter(a, b), torch.fmin(a, b), torch.fmax(a, b),
+            torch.float_power(a.abs(), b), torch.float_power(2, a), torch.logaddexp2(a, b), torch.xlogy(a, b.abs()),
+            torch.xlogy(2.0, b), torch.special.xlog1py(a, b), torch.heaviside(a, b), a.clamp_min(0.25),
+            torch.clamp_max(a, b), a.clamp_min(b[0]), torch.ldexp(a, torch.tensor([3, -2, 0, 1])),
+            torch.hypot(a, torch.tensor(3.0)))
+
+
+_BINARY_TYPES = {"aten::hypot", "aten::copysign", "aten::nextafter", "aten::fmin", "aten::fmax", "aten::float_power",
+                 "aten::logaddexp2", "aten::xlogy", "aten::special_xlog1py", "aten::heaviside", "aten::clamp_min",
+                 "aten::clamp_max", "aten::ldexp"}
+
+
+def _with_nan(a, seed):
+    a = a.clone()
+    a[0, 0], a[1, seed % 4], a[2, 1] = float("nan"), float("inf"), 0.0
+    return a
+
+
+_INTS = torch.tensor([[-9, -1, 0, 1], [2, 5, 63, 64], [-64, 7, 100, -100]])
+
+# name -> (module, inputs, types the export must contain)
+CASES = {
+    "views": (Fn(lambda x, y, z: (x.t() * 2, torch.t(x[0]), y.view_as(x), z.reshape_as(x.t()))),
+              (_r(3, 4), _r(12, seed=1), _r(2, 6, seed=2)), {"torch.t", "aten::view_as", "Tensor.reshape_as"}),
+    "transposes": (Fn(lambda x, y: (x.T @ x + 1, y.mT * 2, torch.adjoint(y) + 0, torch.fft.fft(y).mH.real)),
+                   (_r(3, 4), _r(2, 3, 5, seed=1)), {"aten::numpy_T", "aten::mT", "aten::mH"}),
+    "unary_f32": (Fn(_unary_all), (_with_specials(_r(6, 7, scale=8)), _with_specials(_u(6, 7, lo=-1)),
+                                   _with_specials(_u(6, 7))), _UNARY_TYPES),
+    "unary_f64": (Fn(_unary_all), (_with_specials(_r(6, 7, scale=8, dtype=torch.float64)),
+                                   _u(6, 7, lo=-1, dtype=torch.float64), _u(6, 7, dtype=torch.float64)), _UNARY_TYPES),
+    "unary_int": (Fn(lambda i: (torch.lgamma(i), torch.exp2(i), torch.sinc(i), torch.isfinite(i), torch.signbit(i),
+                                i.clamp_min(0.5), i.clamp_max(3), torch.xlogy(i, 3), torch.digamma(i),
+                                torch.nan_to_num(i), torch.copysign(i, -1 * i), torch.fmin(i, i.flip(0)),
+                                torch.sgn(i), torch.positive(i), torch.addcmul(i, i, i, value=2))),
+                  (_INTS,), {"torch.lgamma", "aten::clamp_min", "aten::clamp_max", "aten::signbit", "aten::addcmul"}),
+    "binary_f32": (Fn(_binary_all), (_with_nan(_r(3, 4, scale=3), 0), _with_nan(_r(3, 4, seed=1, scale=3), 1)),
+                   _BINARY_TYPES),
+    "binary_f64": (Fn(_binary_all), (_r(3, 4, scale=3, dtype=torch.float64), _r(3, 4, seed=1, dtype=torch.float64)),
+                   _BINARY_TYPES),
+    "predicates": (Fn(lambda x: (torch.isfinite(x), torch.isnan(x), torch.isinf(x), torch.isposinf(x),
+                                 torch.isneginf(x), torch.signbit(x), torch.isreal(x), torch.nan_to_num(x),
+                                 torch.nan_to_num(x, nan=1.5, posinf=2.0, neginf=-3.0), x.nan_to_num(0.0),
+                                 torch.nan_to_num(x.double(), posinf=5.0), torch.nan_to_num(x, posinf=1e39))),
+                   (torch.tensor([[0.0, -0.0, 1.0, -2.0], [float("nan"), float("inf"), -float("inf"), 3e38]]),),
+                   {"aten::isfinite", "aten::isnan", "aten::isinf", "aten::isposinf", "aten::isneginf", "aten::signbit",
+                    "aten::isreal", "aten::nan_to_num"}),
+    "ternary": (Fn(lambda a, b, w: (torch.lerp(a, b, 0.3), a.lerp(b, 0.75), torch.lerp(a, b, w), torch.lerp(a, b, w[0]),
+                                    torch.addcmul(a, b, w, value=0.5), torch.addcmul(a, b, w), torch.addcdiv(a, b, w, value=2),
+                                    torch.addcdiv(a, b, w.abs() + 0.5))),
+                (_r(3, 4), _r(3, 4, seed=1, scale=5), _u(3, 4, lo=-1, hi=2)),
+                {"aten::lerp", "aten::addcmul", "aten::addcdiv"}),
+    "shifts": (Fn(lambda a, b, c: (torch.bitwise_left_shift(a, b), torch.bitwise_right_shift(a, b),
+                                   torch.bitwise_left_shift(c, 2), torch.bitwise_right_shift(c, 1),
+                                   torch.bitwise_left_shift(c, c), torch.bitwise_right_shift(c, a))),
+               (_INTS, torch.tensor([[63, 64, -1, 2], [0, 1, 5, 70], [3, -5, 1, 62]]),
+                torch.tensor([[-128, -1, 7, 8], [64, 1, 3, 127], [9, -9, 0, 100]], dtype=torch.int8)),
+               {"torch.bitwise_left_shift", "torch.bitwise_right_shift"}),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            module, inputs, types = CASES[name]
+            param = export_module(module, inputs, tmp_path_factory.mktemp(name))
+            found = {ln.split()[0] for ln in param.read_text().splitlines()[2:] if ln.strip()}
+            assert types <= found, f"the export no longer has {types - found}: {sorted(found)}"
+            cache[name] = param
+        return cache[name]
+    return get
+
+
+def _close(got, want, rtol, atol, what):
+    """Element by element: |got - want| <= rtol |want| + atol; NaN and infinities where torch has them."""
+    got = np.asarray(got)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan, err_msg=f"{what}: NaN positions differ")
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(got[inf], want[inf], err_msg=f"{what}: infinities differ")
+    fin = ~nan & ~inf
+    g, w = got[fin].astype(np.float64), want[fin].astype(np.float64)
+    bad = np.abs(g - w) > rtol * np.abs(w) + atol
+    if bad.any():
+        k = np.argmax(np.abs(g - w) - rtol * np.abs(w))
+        pytest.fail(f"{what}: {bad.sum()} values differ, e.g. got {g[k]!r} want {w[k]!r}")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_torch(name, backend, exported):
+    module, inputs, _ = CASES[name]
+    param = exported(name)
+    with torch.no_grad():
+        want = module.eval()(*inputs)
+    want = want if isinstance(want, tuple) else (want,)
+    g = kuiper_xp.load(param, backend=backend)
+    got = g(*[t2n(t) for t in inputs])
+    assert len(got) == len(want)
+    for k, (a, e) in enumerate(zip(got, want)):
+        e = t2n(e)
+        rtol, atol = (1e-12, 1e-14) if e.dtype == np.float64 else (2e-6, 1e-6)
+        _close(backend.to_numpy(a), e, rtol, atol, f"{name} output {k}")
+
+
+# -- special functions over wide ranges ---------------------------------------------------------
+
+def _wide(seed=0, n=3000):
+    rng = np.random.default_rng(seed)
+    return np.concatenate([
+        rng.uniform(-60, 60, n), rng.standard_normal(n // 2) * 3, 10 ** rng.uniform(-30, 30, n // 4),
+        -(10 ** rng.uniform(-30, 12, n // 4)), -np.arange(1, 40) + 1e-6 * rng.uniform(-1, 1, 39),
+        [0.0, -0.0, 1, 2, -1, -2, -30, np.inf, -np.inf, np.nan, 0.5, -0.5, -2.5, 1.4616321449683622,
+         1 + 1e-7, 2 - 1e-7, 3e38, -3e38, 1e-38]])
+
+
+def _unit(seed=0, n=3000):
+    rng = np.random.default_rng(seed)
+    return np.concatenate([
+        rng.uniform(-1, 1, n), 1 - 10 ** rng.uniform(-15, 0, n // 4), -1 + 10 ** rng.uniform(-15, 0, n // 4),
+        10 ** rng.uniform(-40, 0, n // 4), [0.0, -0.0, 1, -1, 1.5, -2, np.nan, np.inf, 0.5, -0.5, 1 - 2 ** -24]])
+
+
+def _prob(seed=0, n=3000):
+    rng = np.random.default_rng(seed)
+    return np.concatenate([
+        rng.uniform(0, 1, n), 10 ** rng.uniform(-300, 0, n // 4), 1 - 10 ** rng.uniform(-15, 0, n // 4),
+        [0.0, 1.0, -0.1, 1.1, 0.5, 0.25, 0.75, np.nan, 5e-324, 1e-45]])
+
+
+SPECIAL = {
+    # type: (torch function, input generator, (rtol, atol) for float32, for float64)
+    "torch.lgamma": (torch.lgamma, _wide, (2e-6, 1e-8), (1e-12, 1e-14)),
+    "aten::digamma": (torch.digamma, _wide, (2e-6, 2e-6), (1e-12, 1e-14)),
+    "aten::erfc": (torch.erfc, _wide, (2e-6, 1e-44), (1e-14, 1e-300)),
+    "aten::special_erfcx": (torch.special.erfcx, _wide, (2e-6, 0.0), (1e-12, 0.0)),
+    "aten::special_ndtr": (torch.special.ndtr, _wide, (1e-6, 2e-7), (1e-14, 1e-16)),
+    "aten::special_log_ndtr": (torch.special.log_ndtr, _wide, (2e-6, 1e-44), (1e-12, 1e-300)),
+    "aten::erfinv": (torch.erfinv, _unit, (2e-6, 1e-44), (1e-14, 1e-300)),
+    "aten::special_ndtri": (torch.special.ndtri, _prob, (2e-6, 0.0), (1e-14, 0.0)),
+    "aten::exp2": (torch.exp2, _wide, (2e-7, 1e-44), (1e-15, 1e-300)),
+    "aten::sinc": (torch.sinc, _wide, (2e-6, 1e-7), (1e-14, 1e-16)),
+    "aten::special_entr": (torch.special.entr, _wide, (2e-6, 0.0), (1e-15, 0.0)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op_type", list(SPECIAL))
+def test_special_function_wide_range(op_type, dtype, backend):
+    fn, gen, tol32, tol64 = SPECIAL[op_type]
+    x = gen().astype(dtype)
+    with np.errstate(all="ignore"):
+        want = fn(torch.from_numpy(x)).numpy()
+    layer = make_layer(backend, f"{op_type} f 1 1 0 1")
+    got = backend.to_numpy(layer(backend.asarray(x)))
+    rtol, atol = tol32 if dtype == "float32" else tol64
+    _close(got, want, rtol, atol, f"{op_type} {dtype}")
+
+
+def test_lgamma_is_relatively_accurate_near_its_zeros(backend):
+    x = np.array([1 + 1e-12, 1 - 1e-9, 2 + 1e-10, 2 - 3e-8, 1.1, 1.9, 0.95, 2.15])
+    layer = make_layer(backend, "torch.lgamma f 1 1 0 1 $input=0")
+    _close(backend.to_numpy(layer(backend.asarray(x))), torch.lgamma(torch.from_numpy(x)).numpy(), 1e-13, 0.0,
+           "lgamma near 1 and 2")
+
+
+def test_scalar_operands_given_as_parameters(backend):
+    """pnnx writes ``torch.bitwise_left_shift(x, 2)`` with ``other=2`` as a parameter."""
+    x = np.array([1, -3, 64, 127], np.int8)
+    layer = make_layer(backend, "torch.bitwise_left_shift s 1 1 0 1 other=2 $input=0")
+    want = torch.bitwise_left_shift(torch.from_numpy(x), 2).numpy()
+    assert_close(backend.to_numpy(layer(backend.asarray(x))), want)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+def test_refused_inputs_name_the_operator(backend):
+    f = backend.asarray(np.ones((2, 3), np.float32))
+    i = backend.asarray(np.ones((2, 3), np.int64))
+    with pytest.raises(ShapeError, match=r"torch\.t 't'.*<= 2 dimensions"):
+        make_layer(backend, "torch.t t 1 1 0 1 $input=0")(backend.asarray(np.ones((2, 3, 4), np.float32)))
+    with pytest.raises(ShapeError, match=r"aten::view_as.*cannot reshape"):
+        make_layer(backend, "aten::view_as v 2 1 0 1 2", 2)(f, backend.asarray(np.ones(5, np.float32)))
+    with pytest.raises(ShapeError, match=r"aten::frac.*int64"):
+        make_layer(backend, "aten::frac f 1 1 0 1")(i)
+    with pytest.raises(ShapeError, match=r"aten::hypot.*int64"):
+        make_layer(backend, "aten::hypot h 2 1 0 1 2", 2)(i, i)
+    with pytest.raises(ShapeError, match=r"aten::heaviside.*different dtypes"):
+        make_layer(backend, "aten::heaviside h 2 1 0 1 2", 2)(f, backend.asarray(np.ones((2, 3), np.float64)))
+    with pytest.raises(ShapeError, match=r"torch\.bitwise_left_shift.*float32"):
+        make_layer(backend, "torch.bitwise_left_shift s 2 1 0 1 2 $input=0 $other=1", 2)(f, f)
+    with pytest.raises(ShapeError, match=r"aten::addcdiv.*integer division"):
+        make_layer(backend, "aten::addcdiv a 3 1 0 1 2 3", 3)(i, i, i)
+    with pytest.raises(ShapeError, match=r"aten::lerp.*one dtype"):
+        make_layer(backend, "aten::lerp l 3 1 0 1 2 3", 3)(f, backend.asarray(np.ones((2, 3), np.float64)), 0.5)
+    with pytest.raises(ShapeError, match=r"torch\.positive.*bool"):
+        make_layer(backend, "torch.positive p 1 1 0 1 $input=0")(backend.asarray(np.ones(3, bool)))
+    with pytest.raises(LayerParameterError, match=r"aten::mvlgamma.*p must be an integer >= 1"):
+        make_layer(backend, "aten::mvlgamma m 2 1 0 1 2", 2)(f, 0)
+
+
+def test_missing_inputs_are_refused_at_build(backend):
+    with pytest.raises(LayerParameterError, match=r"missing \['other'\]"):
+        make_layer(backend, "aten::hypot h 1 1 0 1")
+    with pytest.raises(LayerParameterError, match=r"should be a number"):
+        make_layer(backend, "torch.bitwise_left_shift s 1 1 0 1 other=abc $input=0")
