@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +148,57 @@ def more_models():
     more = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(more)
     return more
+
+
+# -- exports of small modules, cached per test module -----------------------------------------------
+
+
+def export_module(module, inputs, out_dir: Path, inputs2=None) -> Path:
+    """pnnx export (check_trace off: modules with several attention blocks trip the checker on
+    value names only); returns the .pnnx.param path."""
+    import pnnx
+    import torch
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    kwargs = {} if inputs2 is None else {"inputs2": tuple(inputs2)}
+    param = out_dir / "m.pnnx.param"
+    with torch.no_grad(), quiet_fds():
+        try:
+            pnnx.export(module.eval(), str(out_dir / "m.pt"), tuple(inputs), check_trace=False, **kwargs)
+        except SyntaxError:
+            # pnnx imports the Python it generated at the end; raw aten:: ops make that invalid
+            # Python although the .pnnx.param/.bin are complete
+            if not param.exists():
+                raise
+    return param
+
+
+def operator_types(param: Path) -> set[str]:
+    """The operator types a .pnnx.param holds."""
+    return {ln.split()[0] for ln in param.read_text().splitlines()[2:] if ln.strip()}
+
+
+def case_exporter(tmp_path_factory, cases: dict):
+    """``get(name)``: the export of ``cases[name] = (module, inputs, types[, inputs2])``, made
+    once per test module (torch seeded first), checked to hold every operator type in ``types``
+    (so a case keeps testing the operator it was written for). ``get(name, module, inputs,
+    types)`` exports a case that is not in the table."""
+    import torch
+
+    cache: dict = {}
+
+    def get(name, module=None, inputs=None, types=frozenset()):
+        if name not in cache:
+            inputs2 = None
+            if module is None:
+                module, inputs, types, *rest = cases[name]
+                inputs2 = rest[0] if rest else None
+            torch.manual_seed(0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # tracer and deprecation notes
+                param = export_module(module, inputs, tmp_path_factory.mktemp(name), inputs2=inputs2)
+            found = operator_types(param)
+            assert set(types) <= found, f"the export no longer has {set(types) - found}: {sorted(found)}"
+            cache[name] = param
+        return cache[name]
+    return get

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_close
-from test_layers_misc import export_module, make_layer, t2n
+from helpers import case_exporter
+from test_layers_misc import make_layer, t2n
 from torch import nn
 
 import kuiper_xp
@@ -126,17 +127,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            module, inputs, types = CASES[name]
-            param = export_module(module, inputs, tmp_path_factory.mktemp(name))
-            found = {ln.split()[0] for ln in param.read_text().splitlines()[2:] if ln.strip()}
-            assert types <= found, f"the export no longer has {types - found}: {sorted(found)}"
-            cache[name] = param
-        return cache[name]
-    return get
+    return case_exporter(tmp_path_factory, CASES)
 
 
 def _close(got, want, rtol, atol, what):

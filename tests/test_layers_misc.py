@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
+from helpers import export_module  # noqa: F401  (imported from here by other test files)
 from torch import nn
 
 import kuiper_xp
@@ -96,26 +97,6 @@ def make_layer(backend, line: str, n_in: int = 1):
 
 def t2n(t) -> np.ndarray:
     return t.detach().numpy()
-
-
-def export_module(module, inputs, out_dir: Path, inputs2=None) -> Path:
-    """pnnx export (check_trace off: modules with several attention blocks trip the checker on
-    value names only); returns the .pnnx.param path."""
-    import pnnx
-    from helpers import quiet_fds
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    kwargs = {} if inputs2 is None else {"inputs2": tuple(inputs2)}
-    param = out_dir / "m.pnnx.param"
-    with torch.no_grad(), quiet_fds():
-        try:
-            pnnx.export(module.eval(), str(out_dir / "m.pt"), tuple(inputs), check_trace=False, **kwargs)
-        except SyntaxError:
-            # pnnx imports the Python it generated at the end; raw aten:: ops make that invalid
-            # Python although the .pnnx.param/.bin are complete
-            if not param.exists():
-                raise
-    return param
 
 
 def require_types(param: Path) -> None:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_close
-from test_layers_misc import export_module, make_layer, t2n
+from helpers import case_exporter
+from test_layers_misc import make_layer, t2n
 from torch import nn
 
 import kuiper_xp
@@ -67,71 +68,58 @@ def _put_one(y, i, j, v):
     return y
 
 
-# name -> (module, inputs, types the export must contain, whether pnnx writes a bare-name constant)
+# name -> (module, inputs, types the export must contain)
 CASES = {
     "index_put": (Fn(_index_put), (_r(5, 3), _t([4, 0, -2]), _t([1, 3, 1, 1, -1]), _r(1, 3, seed=1),
-                                   _r(5, 3, seed=2)), {"Tensor.index_put"}, False),
+                                   _r(5, 3, seed=2)), {"Tensor.index_put"}),
     "index_put_nd": (Fn(_index_put_nd), (_r(4, 5, 3), _t([3, -1, 0]), _t([2, 0]), _r(4, 5, seed=1),
-                                         _r(4, 1, 3, seed=2)), {"Tensor.index_put"}, False),
+                                         _r(4, 1, 3, seed=2)), {"Tensor.index_put"}),
     # values of shape (1,) go through Tensor.reshape shape=None (pnnx's spelling of view([]))
     "index_put_one_value": (Fn(_put_one),
                             (_r(4, 3, 5), _t([0, 2]), _t([1, 3]), _r(2, 2, 3, seed=1)),
-                            {"Tensor.index_put", "Tensor.reshape"}, False),
+                            {"Tensor.index_put", "Tensor.reshape"}),
     "index_add": (Fn(lambda x, i, s, y: (x.index_add(1, i, s, alpha=2.5), y.index_add(0, i, y[:3] * 3))),
                   (_r(3, 5), _t([1, 1, 4]), _r(3, 3, seed=1), _r(6, 2, seed=2, dtype=torch.float64)),
-                  {"aten::index_add"}, False),
+                  {"aten::index_add"}),
     "index_add_int": (Fn(lambda x, i, s: x.index_add(0, i, s, alpha=3)),
-                      (_t([1, 2, 3, 4, 5]), _t([0, 4, 0, 0]), _t([10, 20, 30, -7])), {"aten::index_add"}, False),
+                      (_t([1, 2, 3, 4, 5]), _t([0, 4, 0, 0]), _t([10, 20, 30, -7])), {"aten::index_add"}),
     "scatter_add": (Fn(lambda x, i, s, y, j: (x.scatter_add(1, i, s), y.scatter_add(0, j, y[:2] * 2))),
                     (_r(3, 8), _t([[0, 7, 0, 0], [2, 3, 3, 2], [5, 4, 1, 0]]), _r(3, 5, seed=1),
-                     _r(4, 3, seed=2, dtype=torch.float64), _t([[0, 1, 1], [0, 3, 1]])), {"torch.scatter_add"}, False),
+                     _r(4, 3, seed=2, dtype=torch.float64), _t([[0, 1, 1], [0, 3, 1]])), {"torch.scatter_add"}),
     "scatter_reduce": (Fn(_scatter_red), (_r(3, 6), _t([[0, 5, 0, 0], [2, 3, 3, 2], [5, 4, 1, 1]]), _r(3, 4, seed=1),
                                           _t([-1, 2, 3]), _t([0, 0, 0, 1]), _t([-2, -5, 4, 9])),
-                       {"aten::scatter_reduce"}, True),
+                       {"aten::scatter_reduce"}),
     "masked_scatter": (Fn(lambda x, s, src: (x.masked_scatter(x > 0, src), x.masked_scatter(s > 0, src * 2))),
-                       (_r(4, 3), _r(3, seed=1), _r(5, 3, seed=2)), {"aten::masked_scatter"}, False),
+                       (_r(4, 3), _r(3, seed=1), _r(5, 3, seed=2)), {"aten::masked_scatter"}),
     "take_along": (Fn(lambda x, i, j, k: (torch.take_along_dim(x, i, 1), torch.take_along_dim(x, j),
                                           x.take_along_dim(k, dim=-1))),
                    (_r(3, 4), _t([[0, 3], [-1, 2], [1, 1]]), _t([[0, 11], [5, 10]]), _t([[2], [0], [3]])),
-                   {"aten::take_along_dim"}, False),
+                   {"aten::take_along_dim"}),
     "slice_select_diag_scatter": (
         Fn(lambda x, a, b, c, d, y, e: (torch.slice_scatter(x, a, 1, 0, 4, 2), torch.slice_scatter(x, b, 0, 1),
                                         torch.select_scatter(x, c, 1, -1), torch.diagonal_scatter(x, d, 1),
                                         torch.diagonal_scatter(y, e, -1, 0, 2))),
         (_r(4, 5), _r(4, 2, seed=1), _r(3, 5, seed=2), _r(4, seed=3), _r(4, seed=4), _r(3, 2, 4, seed=5),
          _r(2, 2, seed=6)),
-        {"torch.slice_scatter", "aten::select_scatter", "aten::diagonal_scatter"}, False),
+        {"torch.slice_scatter", "aten::select_scatter", "aten::diagonal_scatter"}),
     "diag": (Fn(lambda v, m, x: (torch.diag(v, -1), torch.diag(m, 1), torch.diag(m), torch.diagonal(x, 1, 0, 2),
                                  x.diagonal(-1, 2, 1), torch.diag_embed(v), torch.diag_embed(m, 1, 0, 2),
                                  torch.diag_embed(m, -2, 2, 0))),
-             (_r(4), _r(3, 4, seed=1), _r(3, 4, 5, seed=2)), {"torch.diag", "aten::diagonal", "aten::diag_embed"},
-             False),
+             (_r(4), _r(3, 4, seed=1), _r(3, 4, 5, seed=2)), {"torch.diag", "aten::diagonal", "aten::diag_embed"}),
     "bucketize": (Fn(lambda x, b, s, y: (torch.bucketize(x, b), torch.bucketize(x, b, right=True, out_int32=True),
                                          torch.searchsorted(b, x), torch.searchsorted(s, y, right=True, out_int32=True))),
                   (torch.round(_r(3, 5) * 2) / 2, _t([-1.0, 0.0, 0.5, 1.0]), torch.sort(torch.round(_r(2, 4) * 2) / 2)[0],
-                   torch.round(_r(2, 5, seed=1) * 2) / 2), {"aten::bucketize", "aten::searchsorted"}, False),
+                   torch.round(_r(2, 5, seed=1) * 2) / 2), {"aten::bucketize", "aten::searchsorted"}),
     "searchsorted_side": (Fn(lambda b, x: torch.searchsorted(b, x, side="right")),
-                          (_t([-1.0, 0.0, 0.0, 1.0]), torch.round(_r(3, 5) * 2) / 2), {"aten::searchsorted"}, True),
+                          (_t([-1.0, 0.0, 0.0, 1.0]), torch.round(_r(3, 5) * 2) / 2), {"aten::searchsorted"}),
     "histc": (Fn(lambda x, y: (torch.histc(x, bins=5), torch.histc(x, bins=4, min=-1, max=1), torch.histc(y, 3))),
-              (_r(50), _r(4, 6, seed=1, dtype=torch.float64)), {"aten::histc"}, False),
+              (_r(50), _r(4, 6, seed=1, dtype=torch.float64)), {"aten::histc"}),
 }
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    cache = {}
-
-    def get(name, module=None, inputs=None, types=None):
-        if name not in cache:
-            torch.manual_seed(0)
-            if module is None:
-                module, inputs, types, _ = CASES[name]
-            param = export_module(module, inputs, tmp_path_factory.mktemp(name))
-            found = {ln.split()[0] for ln in param.read_text().splitlines()[2:] if ln.strip()}
-            assert types <= found, f"the export no longer has {types - found}: {sorted(found)}"
-            cache[name] = param
-        return cache[name]
-    return get
+    return case_exporter(tmp_path_factory, CASES)
 
 
 def _compare(g, backend, module, inputs, name):
@@ -149,7 +137,7 @@ def _compare(g, backend, module, inputs, name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_matches_torch(name, backend, exported):
-    module, inputs, _, _ = CASES[name]
+    module, inputs, _ = CASES[name]
     _compare(kuiper_xp.load(exported(name), backend=backend), backend, module, inputs, name)
 
 
