@@ -48,19 +48,19 @@ def _small(x: Any) -> Any:
     return x * (num + a[3]) / (den + b[3])
 
 
-def _erfc_mid(y: Any, xp: Any) -> Any:
-    """erfc(y) for 0.46875 < y <= 4 (y >= 0)."""
+def erfcx_mid(y: Any) -> Any:
+    """erfcx(y) = exp(y^2) erfc(y) for 0.46875 <= y <= 4 (Cody's rational form)."""
     c, d = CODY_C, CODY_D
     num = c[8] * y
     den = y
     for i in range(7):
         num = (num + c[i]) * y
         den = (den + d[i]) * y
-    return _scale_exp(y, (num + c[7]) / (den + d[7]), xp)
+    return (num + c[7]) / (den + d[7])
 
 
-def _erfc_large(y: Any, xp: Any) -> Any:
-    """erfc(y) for y > 4."""
+def erfcx_large(y: Any) -> Any:
+    """erfcx(y) for y >= 4 (Cody; y may be +inf)."""
     p, q = CODY_P, CODY_Q
     z = 1.0 / (y * y)
     num = p[5] * z
@@ -69,7 +69,17 @@ def _erfc_large(y: Any, xp: Any) -> Any:
         num = (num + p[i]) * z
         den = (den + q[i]) * z
     r = z * (num + p[4]) / (den + q[4])
-    return _scale_exp(y, (SQRT_1_PI - r) / y, xp)
+    return (SQRT_1_PI - r) / y
+
+
+def _erfc_mid(y: Any, xp: Any) -> Any:
+    """erfc(y) for 0.46875 < y <= 4 (y >= 0)."""
+    return _scale_exp(y, erfcx_mid(y), xp)
+
+
+def _erfc_large(y: Any, xp: Any) -> Any:
+    """erfc(y) for y > 4."""
+    return _scale_exp(y, erfcx_large(y), xp)
 
 
 def _scale_exp(y: Any, r: Any, xp: Any) -> Any:

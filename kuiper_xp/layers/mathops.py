@@ -53,14 +53,11 @@ from typing import Any, ClassVar
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
 from kuiper_xp.expression.functions import (
-    CODY_C,
-    CODY_D,
-    CODY_P,
-    CODY_Q,
-    SQRT_1_PI,
     THRESH,
     ArrayOps,
     erf_generic,
+    erfcx_large,
+    erfcx_mid,
 )
 from kuiper_xp.expression.functions import erf as _erf
 
@@ -179,34 +176,10 @@ def digamma(x: Any, xp: Any) -> Any:
     return xp.where(xp.isnan(x), x, res)
 
 
-def _erfc_ratio_mid(y: Any) -> Any:
-    """erfcx(y) for 0.46875 <= y <= 4 (Cody)."""
-    c, d = CODY_C, CODY_D
-    num = c[8] * y
-    den = y
-    for i in range(7):
-        num = (num + c[i]) * y
-        den = (den + d[i]) * y
-    return (num + c[7]) / (den + d[7])
-
-
-def _erfc_ratio_large(y: Any) -> Any:
-    """erfcx(y) for y >= 4 (Cody; y may be +inf)."""
-    p, q = CODY_P, CODY_Q
-    z = 1.0 / (y * y)
-    num = p[5] * z
-    den = z
-    for i in range(4):
-        num = (num + p[i]) * z
-        den = (den + q[i]) * z
-    r = z * (num + p[4]) / (den + q[4])
-    return (SQRT_1_PI - r) / y
-
-
 def _erfcx_pos(y: Any, xp: Any) -> Any:
     """erfcx(y) = exp(y^2) erfc(y) for y >= 0 (float64; NaN for NaN)."""
-    mid = _erfc_ratio_mid(xp.clip(y, min=THRESH, max=4.0))
-    large = _erfc_ratio_large(xp.clip(y, min=4.0))
+    mid = erfcx_mid(xp.clip(y, min=THRESH, max=4.0))
+    large = erfcx_large(xp.clip(y, min=4.0))
     ys = xp.clip(y, max=THRESH)
     small = xp.exp(ys * ys) * (1.0 - erf_generic(ys, xp))
     return xp.where(y <= THRESH, small, xp.where(y <= 4.0, mid, large))
