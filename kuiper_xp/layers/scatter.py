@@ -433,6 +433,17 @@ class ScatterReduce(_Named):
         return _scatter_along(self.xp, x, axis, index, src, reduce, keep, self.device, self.where)
 
 
+def _broadcast_mask(xp: Any, x: Any, mask: Any, where: str) -> tuple[Any, Any]:
+    """``x`` and a bool ``mask`` broadcast together (torch's masked_* rule), or a ShapeError."""
+    if mask.dtype != xp.bool:
+        raise ShapeError(f"{where}: mask must be bool, found {mask.dtype}")
+    try:
+        return xp.broadcast_arrays(x, mask)
+    except ValueError:
+        raise ShapeError(f"{where}: mask of shape {tuple(mask.shape)} does not broadcast with input "
+                         f"{tuple(x.shape)}") from None
+
+
 @register("aten::masked_scatter")
 class MaskedScatter(_Named):
     """``x.masked_scatter(mask, source)``: x (broadcast with mask) with the positions where mask
@@ -440,13 +451,7 @@ class MaskedScatter(_Named):
 
     def forward(self, x, mask, source):
         xp = self.xp
-        if mask.dtype != xp.bool:
-            raise ShapeError(f"{self.where}: mask must be bool, found {mask.dtype}")
-        try:
-            x, mask = xp.broadcast_arrays(x, mask)
-        except ValueError:
-            raise ShapeError(f"{self.where}: mask of shape {tuple(mask.shape)} does not broadcast with input "
-                             f"{tuple(x.shape)}") from None
+        x, mask = _broadcast_mask(xp, x, mask, self.where)
         m = xp.reshape(mask, (-1,))
         n_src = math.prod(source.shape)
         c = xp.cumulative_sum(xp.astype(m, xp.int64)) - 1
@@ -831,13 +836,7 @@ class MaskedSelect(_DataDependent):
     def forward(self, *inputs):
         xp = self.xp
         x, mask = inputs[self.pos["input"]], inputs[self.pos["mask"]]
-        if mask.dtype != xp.bool:
-            raise ShapeError(f"{self.where}: mask must be bool, found {mask.dtype}")
-        try:
-            x, mask = xp.broadcast_arrays(x, mask)
-        except ValueError:
-            raise ShapeError(f"{self.where}: mask of shape {tuple(mask.shape)} does not broadcast with input "
-                             f"{tuple(x.shape)}") from None
+        x, mask = _broadcast_mask(xp, x, mask, self.where)
         return xp.reshape(x, (-1,))[xp.reshape(mask, (-1,))]
 
 
