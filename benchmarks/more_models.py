@@ -22,7 +22,9 @@ conv stack, bidirectional LSTM, ``--input-shape 1,32,128``). Video: ``c3d_lite``
 ``--input-shape 3,8,112,112``). Also ``shufflenet_v2`` and ``poolformer_s12`` (``--input-shape
 3,224,224``: channel shuffle by view/transpose; GroupNorm(1, C) with an average-pool token mixer),
 ``conformer`` (speech encoder blocks on frames, ``--input-shape 200,256``) and ``wavenet``
-(dilated causal Conv1d with gated activations, ``--input-shape 1,4000``)."""
+(dilated causal Conv1d with gated activations, ``--input-shape 1,4000``). Audio: ``logmel_cnn``
+(a keyword spotter on raw 16 kHz samples: torch.stft, |.|^2, mel filterbank, log, CNN;
+``--input-shape 16000``)."""
 import math
 
 import torch
@@ -644,3 +646,44 @@ class WaveNet(nn.Module):
 def wavenet():
     """Audio samples: ``--input-shape 1,4000`` (20 gated blocks, dilations 1..512 twice)."""
     return WaveNet()
+
+
+# ---- Audio classifier: log-mel spectrogram (torch.stft) front end + CNN ----------------------------
+def _mel_filterbank(n_freq, n_mels, sample_rate):
+    """Triangular filters on the mel scale (HTK formula), (n_freq, n_mels)."""
+    def mel(f):
+        return 2595.0 * math.log10(1.0 + f / 700.0)
+    pts = torch.linspace(mel(0.0), mel(sample_rate / 2), n_mels + 2)
+    hz = 700.0 * (10 ** (pts / 2595.0) - 1.0)
+    freqs = torch.linspace(0, sample_rate / 2, n_freq)
+    lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
+    up = (freqs[None] - lo) / (mid - lo)
+    down = (hi - freqs[None]) / (hi - mid)
+    return torch.clamp(torch.minimum(up, down), min=0.0).T.contiguous()
+
+
+class LogMelCNN(nn.Module):
+    def __init__(self, n_fft=512, hop=160, n_mels=64, classes=35, sample_rate=16000):
+        super().__init__()
+        self.n_fft, self.hop = n_fft, hop
+        self.register_buffer("window", torch.hann_window(n_fft))
+        self.register_buffer("fb", _mel_filterbank(n_fft // 2 + 1, n_mels, sample_rate))
+        layers, cin = [], 1
+        for cout in (32, 64, 128, 128):
+            layers += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2)]
+            cin = cout
+        self.cnn = nn.Sequential(*layers)
+        self.fc = nn.Linear(128, classes)
+
+    def forward(self, wave):  # (N, samples)
+        spec = torch.stft(wave, self.n_fft, hop_length=self.hop, window=self.window, return_complex=True)
+        power = spec.abs() ** 2                                  # (N, freq, frames)
+        mel = torch.matmul(power.transpose(1, 2), self.fb)       # (N, frames, mels)
+        x = torch.log(torch.clamp(mel, min=1e-10)).unsqueeze(1)
+        return self.fc(self.cnn(x).mean((2, 3)))
+
+
+def logmel_cnn():
+    """One second of 16 kHz audio: ``--input-shape 16000`` (STFT 512/160, 64 mel bands, 4 conv
+    stages, 35 keyword classes)."""
+    return LogMelCNN()
