@@ -2,7 +2,9 @@
 bilinear, distances (cosine similarity, pairwise distance, cdist), unfold/fold, LocalResponseNorm, var_mean/std_mean,
 grid_sample/affine_grid (every mode, padding and align_corners) and the list-valued chunk of
 traced RNN cells (aten::unsafe_chunk + prim::ListUnpack): pnnx exports of small torch modules
-run on every backend leg and compared with torch; plus the errors a bad index gets."""
+run on every backend leg and compared with torch; plus the errors a bad index gets. A runtime
+bool mask (``a[a.sum(1) > 0]``) and ``F.one_hot(x)`` (num_classes=-1) are data-dependent: a graph
+traced with one count runs on inputs with another."""
 
 from __future__ import annotations
 
@@ -118,6 +120,65 @@ def test_matches_torch(name, backend, exported):
         assert a.shape == tuple(e.shape), (k, a.shape, tuple(e.shape))
         assert a.dtype == t2n(e).dtype, (k, a.dtype, t2n(e).dtype)
         assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+
+
+def _runtime_masks(s, a, k):
+    rows = a[a.sum(1) > 0]  # (pnnx annotates one example count)
+    return rows * 2, rows.sum(0), a[:, a[0] > 0].sum(1), a[a > 0], a[k > 0, 1:], F.one_hot(k.clamp(min=0)).sum(0)
+
+
+DATA_DEPENDENT = {
+    # name -> (module, traced inputs, other inputs (all / none / some true), types)
+    "runtime_mask": (Fn(_runtime_masks), (_r(5, 3), torch.tensor([1, -1, 0, 3, 2])),
+                     [(torch.ones(5, 3), torch.tensor([5, 6, 7, 8, 9])), (-torch.ones(5, 3), torch.tensor([0, -1, 0, -2, 0])),
+                      (_r(5, 3, seed=9), torch.tensor([0, 0, 1, 0, 0]))],
+                     {"Tensor.index", "aten::one_hot"}),
+}
+
+
+@pytest.mark.parametrize("name", list(DATA_DEPENDENT))
+def test_runtime_masks_are_data_dependent(name, backend, exported):
+    module, inputs, others, types = DATA_DEPENDENT[name]
+    g = kuiper_xp.load(exported(name, module, inputs, types), backend=backend)
+    assert all(d is None for spec in g.outputs for d in spec.shape or ()), g.outputs
+    for ins in (inputs, *others):
+        with torch.no_grad():
+            want = module.eval()(*ins)
+        got = g(*[t2n(t) for t in ins])
+        assert len(got) == len(want)
+        for k, (a, e) in enumerate(zip(got, want)):
+            a = backend.to_numpy(a)
+            assert a.shape == tuple(e.shape), (k, a.shape, tuple(e.shape))
+            assert a.dtype == t2n(e).dtype, (k, a.dtype, t2n(e).dtype)
+            assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+
+
+def test_constant_and_integer_indices_keep_full_shape_checks(backend, exported):
+    """A constant mask (folded into ``expr=``), a mask computed from constants only, integer index
+    inputs and a fixed one_hot class count are not data-dependent."""
+    from kuiper_xp.layers import BuildContext, registry
+    from kuiper_xp.pnnx.param import parse_param_text
+
+    for name in ("index_mask", "index_input", "index_pair", "one_hot"):
+        g = kuiper_xp.load(exported(name), backend=backend)
+        assert not g._data_dependent, name
+        assert all(d is not None for spec in g.outputs for d in spec.shape), (name, g.outputs)
+    text = ("7767517\n7 7\npnnx.Input in 0 1 0 #0=(4,5)f32\npnnx.Attribute w 0 1 1 @data=(5)f32 #1=(5)f32\n"
+            "torch.gt gt 1 1 1 2 other=0 $input=1 #1=(5)f32 #2=(5)bool\n"
+            "pnnx.Expression e 1 1 2 3 expr=[None,@0] #2=(5)bool\n"
+            "Tensor.index ix 2 1 0 3 4 $input=0 $expr=3 #0=(4,5)f32 #4=(4,3)f32\n"
+            "torch.rand r 0 1 5 size=(5) #5=(5)f32\n"
+            "pnnx.Expression e2 1 1 5 6 expr=[None,@0] #5=(5)f32\n")
+    ops = {op.name: op for op in parse_param_text(text).operators}
+    ctx = BuildContext(backend)
+    assert not registry.create(ops["ix"], ctx).data_dependent_shape  # (computed from a weight only)
+    from kuiper_xp.layers.indexing import runtime_mask
+
+    assert not runtime_mask(ops["ix"].inputs[1])
+    assert runtime_mask(ops["e2"].outputs[0]) is False  # (float, not a mask: an integer index's count is fixed)
+    bad = ops["r"].outputs[0]
+    bad.dtype = "bool"
+    assert runtime_mask(ops["e2"].outputs[0])  # (a random mask is not a constant)
 
 
 def test_index_errors_name_the_operator(exported, backend):

@@ -1,7 +1,8 @@
 """Writes through indices and scatters (Tensor.index_put, index_add, scatter_add, scatter_reduce,
 masked_scatter, slice/select/diagonal_scatter), take_along_dim, diagonals (diag, diagonal,
-diag_embed), bucketize / searchsorted / histc, and the operators whose output shape depends on
-the data (nonzero, argwhere, masked_select, unique): pnnx exports of small torch modules run on
+diag_embed), bucketize / searchsorted / histc, index_fill / index_copy / isin, and the operators
+whose output shape depends on the data (nonzero, argwhere, masked_select, unique,
+unique_consecutive, one-argument where, bincount): pnnx exports of small torch modules run on
 every backend leg and compared with torch; duplicates in scatters must add up exactly like torch;
 a graph traced with one count of non-zeros must run on inputs with another."""
 
@@ -112,6 +113,20 @@ CASES = {
                    torch.round(_r(2, 5, seed=1) * 2) / 2), {"aten::bucketize", "aten::searchsorted"}),
     "searchsorted_side": (Fn(lambda b, x: torch.searchsorted(b, x, side="right")),
                           (_t([-1.0, 0.0, 0.0, 1.0]), torch.round(_r(3, 5) * 2) / 2), {"aten::searchsorted"}),
+    "index_fill": (Fn(lambda x, i, y, k, d: (x.index_fill(1, i, -1.5), x.index_fill(0, i[:1], y.sum()),
+                                             k.index_fill(-1, i, 2.7), k.index_fill(0, i[1:], 7),
+                                             d.index_fill(2, i, float("nan")))),
+                   (_r(3, 4), _t([0, -1]), _r(3, seed=1), _t([[1, 2, 3], [4, 5, 6]]), _r(2, 2, 3, seed=2, dtype=torch.float64)),
+                   {"aten::index_fill"}),
+    "index_copy": (Fn(lambda x, i, s, k, j, w: (x.index_copy(1, i, s), k.index_copy(0, j, w), x.index_copy(0, j[:1], x[1:2] * 2))),
+                   (_r(3, 4), _t([3, 0]), _r(3, 2, seed=1), _t([[1, 2], [3, 4], [5, 6]]), _t([2, 0, 2]),
+                    _t([[10, 20], [30, 40], [50, 60]])), {"aten::index_copy"}),
+    "index_copy_f64": (Fn(lambda x, i, s: x.index_copy(-1, i, s)),
+                       (_r(2, 3, 4, dtype=torch.float64), _t([1, 3]), _r(2, 3, 2, seed=1, dtype=torch.float64)),
+                       {"aten::index_copy"}),
+    "isin": (Fn(lambda x, t, f: (torch.isin(x, t), torch.isin(x, t, invert=True), torch.isin(x, 3), torch.isin(f, t),
+                                 torch.isin(x, f, assume_unique=True), torch.isin(f, 2.5, invert=True), torch.isin(2, t))),
+             (_t([[1, 2, 5], [3, 4, 2]]), _t([2, 3, 7, 3]), _t([2.0, 2.5, float("nan"), -1.0])), {"aten::isin"}),
     "histc": (Fn(lambda x, y: (torch.histc(x, bins=5), torch.histc(x, bins=4, min=-1, max=1), torch.histc(y, 3))),
               (_r(50), _r(4, 6, seed=1, dtype=torch.float64)), {"aten::histc"}),
 }
@@ -200,6 +215,47 @@ def test_many_duplicates_add_up_like_torch(backend):
     assert_close(got, t2n(torch.bincount(ii, minlength=5)), what="counts")
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_segment_scatter_fast_and_generic_paths_match_torch(reduce):
+    """numpy's fast segment_scatter (a sort and ufunc.reduceat; ufunc.at for single elements) and
+    the generic array-API rounds give torch's scatter_reduce, for rows and single elements,
+    every dtype the fast path takes (and those it hands back: int mean)."""
+    from array_api_compat import numpy as xp_np
+    from kuiper_xp.backends import numpy_fast
+
+    from kuiper_xp.layers.scatter import segment_scatter
+
+    g = torch.Generator().manual_seed(11)
+    for dtype in (torch.float32, torch.float64, torch.int64, torch.int32):
+        for tail in ((), (5,), (2, 3)):
+            n, k = 9, 40
+            if dtype.is_floating_point:
+                dest, vals = torch.randn((n,) + tail, generator=g, dtype=dtype), torch.randn((k,) + tail, generator=g,
+                                                                                             dtype=dtype)
+            else:
+                dest = torch.randint(-4, 5, (n,) + tail, generator=g, dtype=dtype)
+                vals = torch.randint(-3, 4, (k,) + tail, generator=g, dtype=dtype)
+            if reduce == "prod":  # (keep products of 40 values small)
+                vals = torch.where(vals.abs() > 1, vals.sign(), vals) if not dtype.is_floating_point else vals / 2 + 1
+            pos = torch.randint(0, n - 2, (k,), generator=g)  # (the last two rows are never named)
+            index = pos.reshape((k,) + (1,) * len(tail)).expand((k,) + tail)
+            for inc in (True, False):
+                want = t2n(dest.scatter_reduce(0, index, vals, reduce, include_self=inc))
+                args = (t2n(dest), t2n(pos), t2n(vals), reduce, inc)
+                generic = segment_scatter(xp_np, *args, None)
+                fast = segment_scatter(xp_np, *args, None, numpy_fast)
+                what = f"{reduce} {dtype} tail={tail} include_self={inc}"
+                for name, got in (("generic", generic), ("fast", fast)):
+                    assert got.dtype == want.dtype, f"{name} {what}"
+                    assert_close(got, want, rtol=1e-5 if dtype == torch.float32 else 1e-12, what=f"{name} {what}")
+    # the fast path declines what it does not cover, and leaves its input alone
+    d = np.zeros((3, 2), np.float32)
+    assert numpy_fast.segment_scatter(d, np.array([0, 0]), np.ones((2, 2), np.float32), "last", True) is None
+    assert numpy_fast.segment_scatter(d, np.array([0]), np.ones((1, 2), np.float64), "sum", True) is None
+    assert numpy_fast.segment_scatter(d, np.array([1, 1]), np.ones((2, 2), np.float32), "sum", True)[1].tolist() == [2, 2]
+    assert not d.any()
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 
@@ -241,6 +297,83 @@ def test_errors_name_the_operator(backend, exported):
         dg(a(np.ones((2, 2, 2), np.float32)))
 
 
+def test_new_index_ops_errors_name_the_operator(backend):
+    a = backend.asarray
+    x = a(t2n(_r(3, 4)))
+    fill = make_layer(backend, "aten::index_fill f 4 1 0 1 2 3 4", 4)
+    with pytest.raises(ShapeError, match=r"aten::index_fill.*index 4 is out of range"):
+        fill(x, 1, a(np.array([4])), 1.0)
+    with pytest.raises(ShapeError, match=r"aten::index_fill.*int64"):
+        fill(x, 1, a(np.array([1], np.int32)), 1.0)
+    with pytest.raises(ShapeError, match=r"aten::index_fill.*0-D tensor"):
+        fill(x, 1, a(np.array([1])), a(np.ones(1, np.float32)))
+    with pytest.raises(ShapeError, match=r"aten::index_fill.*dim=2 is out of range"):
+        fill(x, 2, a(np.array([1])), 1.0)
+    with pytest.raises(LayerParameterError, match=r"aten::index_fill.*expected 4 inputs"):
+        make_layer(backend, "aten::index_fill f 3 1 0 1 2 3", 3)
+    copy = make_layer(backend, "aten::index_copy c 4 1 0 1 2 3 4", 4)
+    with pytest.raises(ShapeError, match=r"aten::index_copy.*same dtype|aten::index_copy.*input's dtype"):
+        copy(x, 1, a(np.array([0])), a(np.ones((3, 1), np.float64)))
+    with pytest.raises(ShapeError, match=r"aten::index_copy.*index -1 is out of range"):
+        copy(x, 1, a(np.array([-1])), a(np.ones((3, 1), np.float32)))
+    with pytest.raises(ShapeError, match=r"aten::index_copy.*does not match input"):
+        copy(x, 1, a(np.array([0])), a(np.ones((2, 1), np.float32)))
+    isin = make_layer(backend, "aten::isin i 4 1 0 1 2 3 4", 4)
+    with pytest.raises(ShapeError, match=r"aten::isin.*not bool"):
+        isin(a(np.array([True, False])), a(np.array([1])), False, False)
+    bc = make_layer(backend, "aten::bincount b 3 1 0 1 2 3", 3)
+    with pytest.raises(ShapeError, match=r"aten::bincount.*non-negative values, found -1"):
+        bc(a(np.array([1, -1])), None, 0)
+    with pytest.raises(ShapeError, match=r"aten::bincount.*1-D non-negative integer input"):
+        bc(a(np.array([[1, 2]])), None, 0)
+    with pytest.raises(ShapeError, match=r"aten::bincount.*1-D non-negative integer input"):
+        bc(a(np.array([1.0, 2.0], np.float32)), None, 0)
+    with pytest.raises(ShapeError, match=r"aten::bincount.*weights should be 1-D"):
+        bc(a(np.array([1, 2])), a(np.ones(3, np.float32)), 0)
+    with pytest.raises(ShapeError, match=r"aten::bincount.*minlength=-1"):
+        bc(a(np.array([1, 2])), None, -1)
+    uc = make_layer(backend, "aten::unique_consecutive u 4 3 0 1 2 3 4 5 6", 4)
+    with pytest.raises(ShapeError, match=r"aten::unique_consecutive.*dim=2 is out of range"):
+        uc(a(np.ones((2, 3))), False, False, 2)
+    with pytest.raises(ShapeError, match=r"aten::unique_consecutive.*zero-sized"):
+        uc(a(np.ones((2, 0))), False, False, 0)
+    with pytest.raises(LayerParameterError, match=r"aten::where.*expected 1 input"):
+        make_layer(backend, "aten::where w 2 1 0 1 2", 2)
+
+
+def test_new_index_ops_edge_cases(backend):
+    """Through the layers: empty and 0-D inputs, a 0-D where, the three-input aten::where."""
+    a = backend.asarray
+    uc = make_layer(backend, "aten::unique_consecutive u 4 3 0 1 2 3 4 5 6", 4)
+    for x, dim in ((_r(0), None), (_t(3), None), (torch.zeros(0, 3), 0), (_t([True, True, False]), None)):
+        got = uc(a(t2n(x)), True, True, dim)
+        want = torch.ops.aten.unique_consecutive(x, True, True, dim)
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert tuple(g.shape) == tuple(w.shape), (x, dim, k)
+            assert_close(g, t2n(w), what=f"unique_consecutive {tuple(x.shape)} output {k}")
+    bc = make_layer(backend, "aten::bincount b 3 1 0 1 2 3", 3)
+    for w in (None, np.zeros(0, np.float32)):
+        got = bc(a(np.zeros(0, np.int64)), None if w is None else a(w), 3)
+        assert_close(got, t2n(torch.bincount(torch.zeros(0, dtype=torch.int64), minlength=3)), what="empty bincount")
+    got = bc(a(np.array([1, 1, 3], np.uint8)), a(np.array([1, 0, 1], np.int32)), 0)
+    assert_close(got, t2n(torch.bincount(_t([1, 1, 3], torch.uint8), _t([1, 0, 1], torch.int32))), what="int weights")
+    wh = make_layer(backend, "aten::where w 1 1 0 1", 1)
+    for v in (0.0, 2.0):
+        (got,) = wh(a(np.asarray(v, np.float32)))
+        assert_close(got, t2n(torch.where(torch.tensor(v))[0]), what=f"where of 0-D {v}")
+    wh3 = make_layer(backend, "aten::where w 3 1 0 1 2 3", 3)
+    assert not getattr(wh3, "data_dependent_shape", False)
+    c, x = _r(3, 4) > 0, _r(3, 4, seed=1)
+    assert_close(wh3(a(t2n(c)), a(t2n(x)), 0.5), t2n(torch.where(c, x, 0.5)), what="three-input where")
+    fill = make_layer(backend, "aten::index_fill f 4 1 0 1 2 3 4", 4)
+    s = torch.tensor(1.5)
+    assert_close(fill(a(t2n(s)), -1, a(np.array(0)), 7.0), t2n(s.index_fill(-1, torch.tensor(0), 7.0)), what="0-D fill")
+    copy = make_layer(backend, "aten::index_copy c 4 1 0 1 2 3 4", 4)
+    v = _r(4)
+    assert_close(copy(a(t2n(v)), 0, a(np.array(2)), a(np.asarray(9.0, np.float32))),
+                 t2n(v.index_copy(0, torch.tensor(2), torch.tensor(9.0))), what="0-D source")
+
+
 # -- data-dependent output shapes -------------------------------------------------------------
 
 
@@ -257,6 +390,22 @@ def _unique(x, y):
     return v, inv, cnt, torch.unique(y), v.float().mean()
 
 
+def _where_one(x, k):
+    rows, cols = torch.where(x > 0)
+    return rows, cols, x[torch.where(x < 0)] * 2, torch.where(k)[0] + 1, (rows * 4 + cols).sum()
+
+
+def _bincount(i, w):
+    return (torch.bincount(i), torch.bincount(i, w, minlength=6), torch.bincount(i, w.double()),
+            torch.bincount(i.int(), minlength=2).sum(), torch.bincount(i, i))
+
+
+def _unique_consecutive(x, y, f):
+    v, inv, cnt = torch.unique_consecutive(x, return_inverse=True, return_counts=True)
+    return (v, inv, cnt, torch.unique_consecutive(y, dim=1), torch.unique_consecutive(y, return_counts=True, dim=0)[1],
+            torch.unique_consecutive(f), cnt.max())
+
+
 DATA_DEPENDENT = {
     # traced with one count, run with others (all, none, some)
     "nonzero_chain": (Fn(_nonzero_chain), (_r(3, 5), _r(5, seed=1)),
@@ -266,6 +415,19 @@ DATA_DEPENDENT = {
     "unique": (Fn(_unique), (_t([3, 1, 3, 2, 1]), _t([[0.5, -1.0], [0.5, 2.0]])),
                [(_t([7, 7, 7, 7, 7]), _t([[1.0, 2.0], [3.0, 4.0]])), (_t([5, -4, 3, 2, 1]), _t([[0.0, 0.0], [0.0, 1.0]]))],
                {"aten::_unique2"}),
+    "where_one": (Fn(_where_one), (_r(3, 4), _t([0, 3, 0, 1, 2])),
+                  [(torch.ones(3, 4), _t([0, 0, 0, 0, 0])), (-torch.ones(3, 4), _t([1, 1, 1, 1, 1])),
+                   (_r(3, 4, seed=5), _t([0, 0, 7, 0, 0]))],
+                  {"aten::where", "prim::ListUnpack"}),
+    "bincount": (Fn(_bincount), (_t([1, 2, 2, 5, 0, 2]), _r(6)),
+                 [(_t([0, 0, 0, 0, 0, 0]), _r(6, seed=1)), (_t([9, 1, 3, 3, 12, 0]), _r(6, seed=2))],
+                 {"aten::bincount"}),
+    "unique_consecutive": (Fn(_unique_consecutive),
+                           (_t([[1, 1, 2], [2, 3, 1]]), _t([[1, 1, 2, 2, 2], [0, 0, 1, 1, 5]]), _t([0.5, 0.5, -1.0, 0.5])),
+                           [(_t([[4, 4, 4], [4, 4, 4]]), _t([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]]),
+                             _t([float("nan"), float("nan"), 2.0, 2.0])),
+                            (_t([[1, 2, 3], [4, 5, 6]]), _t([[7, 7, 7, 7, 7], [7, 7, 7, 7, 7]]), _t([-0.0, 0.0, 0.0, 1.0]))],
+                           {"aten::unique_consecutive"}),
 }
 
 

@@ -5,6 +5,7 @@ Importing this package registers every built-in layer.
 
 from . import (  # noqa: F401  (imported for their @register side effects)
     activation,
+    arrays,
     attention,
     conv,
     conv3d,

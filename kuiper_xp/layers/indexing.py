@@ -20,6 +20,12 @@ mask of k dimensions stands for the k integer arrays of its True positions; when
 axes are adjacent the broadcast index shape replaces them in place, otherwise it goes first.
 Negative indices count from the end. Every index is checked against its axis (a clear
 ShapeError naming the operator, never a wrapped or out-of-bounds read).
+
+A bool mask that is a graph value (``a[a.sum(1) > 0]``) selects a data-dependent number of
+elements: pnnx annotates one example count, so such a ``Tensor.index`` sets
+``data_dependent_shape`` (the graph then checks only rank and dtype of its output and of what is
+computed from it). Constant masks, and masks computed only from constants, keep full checks.
+``F.one_hot(x)`` (``num_classes=-1``, or a runtime class count) is data-dependent the same way.
 """
 
 from __future__ import annotations
@@ -49,6 +55,57 @@ def _literal(node: Any, where: str) -> Any:
             return -v
     raise LayerParameterError(f"{where}: unsupported index item in expr (expected None, integers, "
                               f"booleans or lists of them)")
+
+
+#: operator types whose results are not fixed by their inputs (a mask made from them is not a
+#: build-time constant even when every input is)
+_RANDOM = ("rand", "bernoulli", "normal", "multinomial", "poisson", "dropout", "uniform", "exponential",
+           "geometric", "cauchy", "empty")
+
+
+def is_constant_operand(operand: Any) -> bool:
+    """True when ``operand``'s value is fixed once the graph is built: everything it is computed
+    from is a constant (``pnnx.Attribute``, a constant ``pnnx.Expression``, ``torch.ones``...),
+    with no graph input and no random operator upstream."""
+    seen: set[int] = set()
+    stack = [operand]
+    while stack:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        prod = o.producer
+        if prod is None or prod.type == "pnnx.Input" or any(w in prod.type.lower() for w in _RANDOM):
+            return False
+        stack.extend(prod.inputs)
+    return True
+
+
+def _list_items(operand: Any) -> list:
+    """The operands an index list is built from (the inputs of the ``pnnx.Expression`` /
+    ``prim::ListConstruct`` making it), or the operand itself."""
+    prod = operand.producer
+    if prod is not None and prod.type in ("pnnx.Expression", "prim::ListConstruct"):
+        return list(prod.inputs)
+    return [operand]
+
+
+def runtime_mask(operand: Any) -> bool:
+    """True when the index list ``operand`` holds a bool mask (or an item of unknown dtype) that
+    is not a build-time constant: the indexed count then depends on the data."""
+    return any(o.dtype in ("bool", None) and not is_constant_operand(o) for o in _list_items(operand))
+
+
+def constant_int(operand: Any) -> int | None:
+    """The integer a constant ``pnnx.Expression`` (``expr=-1``) gives, else None."""
+    prod = operand.producer
+    if prod is None or prod.type != "pnnx.Expression" or prod.inputs or "expr" not in prod.params:
+        return None
+    try:
+        v = _literal(parse(expression_text(prod.params["expr"])), prod.where)
+    except (ExpressionError, LayerParameterError):
+        return None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _nested_shape(v: Any) -> tuple[int, ...]:
@@ -128,7 +185,10 @@ def advanced_index(xp: Any, x: Any, items: list, where: str) -> Any:
 @register("Tensor.index")
 class Index(Layer):
     """``x[items]``: items from the ``expr`` parameter (constants) or the ``$expr`` input (a list
-    built by a ``pnnx.Expression``, holding None and index arrays)."""
+    built by a ``pnnx.Expression``, holding None and index arrays); data-dependent when a mask
+    among them is a graph value."""
+
+    data_dependent_shape = False
 
     def __init__(self, ctx: BuildContext, const: list | None, pos: dict[str, int], where: str):
         super().__init__(ctx)
@@ -167,7 +227,10 @@ class Index(Layer):
             const = _literal(tree, op.where)
             if not isinstance(const, list):
                 const = [const]
-        return cls(ctx, const, pos, op.where)
+        layer = cls(ctx, const, pos, op.where)
+        if const is None and runtime_mask(op.inputs[pos["expr"]]):
+            layer.data_dependent_shape = True  # (the count of True in the mask)
+        return layer
 
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp
@@ -186,7 +249,9 @@ class Index(Layer):
 @register("aten::one_hot")
 class OneHot(Layer):
     """``F.one_hot(x, num_classes)``: int64, a trailing axis of ``num_classes`` (or, for -1,
-    max(x) + 1) with a 1 at each index."""
+    max(x) + 1: then data-dependent) with a 1 at each index."""
+
+    data_dependent_shape = False
 
     def __init__(self, ctx: BuildContext, classes: int | None, where: str):
         super().__init__(ctx)
@@ -197,13 +262,21 @@ class OneHot(Layer):
         classes = op.param("num_classes", int, default=None)
         if classes is None and len(op.inputs) < 2:
             raise LayerParameterError(f"{op.where}: needs num_classes")
-        return cls(ctx, classes, op.where)
+        if classes is not None and classes < -1:
+            raise LayerParameterError(f"{op.where}: num_classes={classes}; expected -1 or a count")
+        layer = cls(ctx, classes, op.where)
+        n = classes if classes is not None else constant_int(op.inputs[1])
+        if n is None or n == -1:  # (the class count is max(x) + 1, or a runtime value)
+            layer.data_dependent_shape = True
+        return layer
 
     def forward(self, x: Any, *rest: Any) -> Any:
         xp = self.xp
         n = self.classes if self.classes is not None else to_int(rest[0], "num_classes")
         if not xp.isdtype(x.dtype, "integral"):
             raise ShapeError(f"{self.where}: one_hot needs an integer input, found {x.dtype}")
+        if n < -1:
+            raise ShapeError(f"{self.where}: num_classes={n}; expected -1 or a count")
         if n == -1:
             n = int(xp.max(x)) + 1 if x.size else 0
         if x.size and (int(xp.min(x)) < 0 or int(xp.max(x)) >= n):

@@ -16,11 +16,16 @@ pnnx spellings (torch 2.13 exports):
   ``aten::diagonal`` (input, offset, dim1, dim2: ``torch.diagonal`` and ``Tensor.diagonal``);
   ``aten::diag_embed`` (input, offset, dim1, dim2); ``aten::bucketize`` (input, boundaries,
   out_int32, right); ``aten::searchsorted`` (sorted_sequence, input, out_int32, right, side,
-  sorter); ``aten::histc`` (input, bins, min, max).
+  sorter); ``aten::histc`` (input, bins, min, max); ``aten::index_fill`` (input, dim, index,
+  value: ``expr=-1.0`` or a 0-d tensor); ``aten::index_copy`` (input, dim, index, source);
+  ``aten::isin`` (elements, test_elements, assume_unique, invert; a scalar side is a constant
+  expression).
 * data-dependent shapes: ``aten::nonzero`` / ``aten::argwhere`` (one (count, ndim) int64
   output), ``aten::nonzero_numpy`` (``nonzero(as_tuple=True)``: a list for ``prim::ListUnpack``),
   ``torch.masked_select $input $mask``, ``aten::_unique2`` (input, sorted, return_inverse,
-  return_counts; three outputs). pnnx annotates their outputs with the traced shape; these
+  return_counts; three outputs), ``aten::unique_consecutive`` (input, return_inverse,
+  return_counts, dim; three outputs), ``aten::where`` with one input (``torch.where(cond)``: a list
+  for ``prim::ListUnpack``), ``aten::bincount`` (input, weights, minlength). pnnx annotates their outputs with the traced shape; these
   layers set ``data_dependent_shape`` so that the graph checks only rank and dtype there and
   downstream.
 
@@ -40,7 +45,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
 from .indexing import advanced_index
-from .misc import input_slots, is_float, to_float, to_int
+from .misc import binary_operands, input_slots, is_float, to_float, to_int
 from .registry import register
 
 #: elements one gather round of :func:`segment_scatter` may materialise
@@ -130,16 +135,24 @@ def _reduce_axis1(xp: Any, g: Any, reduce: str) -> Any:
 
 
 def segment_scatter(xp: Any, dest: Any, pos: Any, vals: Any, reduce: str, include_self: bool,
-                    device: Any) -> Any:
+                    device: Any, fast: Any = None) -> Any:
     """A new ``dest`` (shape (N, *tail)) where the rows named by the flat positions ``pos``
     ((k,), int64 in [0, N)) are combined with the rows of ``vals`` ((k, *tail), dest's dtype).
 
     ``reduce``: ``"sum"``, ``"prod"``, ``"mean"``, ``"amax"``, ``"amin"`` (every value sent to a
     row is combined, with the row's own value when ``include_self``), or ``"last"`` (the last value
-    sent wins: ``index_put`` without accumulation). Rows nobody names are kept."""
+    sent wins: ``index_put`` without accumulation). Rows nobody names are kept.
+
+    ``fast``: the backend's fast module; its ``segment_scatter`` (numpy: one sort and one
+    ``ufunc.reduceat``) is used where it covers the case (it returns None where not)."""
     k = pos.shape[0]
     if k == 0:
         return dest
+    kernel = getattr(fast, "segment_scatter", None)
+    if kernel is not None:
+        out = kernel(dest, pos, vals, reduce, include_self)
+        if out is not None:
+            return out
     tail = tuple(dest.shape[1:])
     order = xp.argsort(pos, stable=True)
     ps = xp.take(pos, order, axis=0)
@@ -216,7 +229,7 @@ def _dim_positions(xp: Any, shape: tuple, axis: int, index: Any, device: Any) ->
 
 
 def _scatter_along(xp: Any, x: Any, axis: int, index: Any, src: Any, reduce: str, include_self: bool,
-                   device: Any, where: str) -> Any:
+                   device: Any, where: str, fast: Any = None) -> Any:
     """torch's ``scatter_add`` / ``scatter_reduce`` along ``axis``."""
     if index.ndim != x.ndim or (hasattr(src, "ndim") and src.ndim != x.ndim):
         raise ShapeError(f"{where}: input, index and src must have the same number of dimensions, found "
@@ -227,13 +240,14 @@ def _scatter_along(xp: Any, x: Any, axis: int, index: Any, src: Any, reduce: str
                              f"or input shape {tuple(x.shape)} (outside dim {axis})")
     if x.ndim == 0:
         x1 = segment_scatter(xp, xp.reshape(x, (1,)), xp.reshape(_index_array(xp, index, 1, where, False), (1,)),
-                             xp.reshape(_value_like(xp, src, x, device, where), (1,)), reduce, include_self, device)
+                             xp.reshape(_value_like(xp, src, x, device, where), (1,)), reduce, include_self, device,
+                             fast)
         return xp.reshape(x1, ())
     index = _index_array(xp, index, x.shape[axis], where, negative=False)
     src = _value_like(xp, src[tuple(slice(0, s) for s in index.shape)], x, device, where)
     pos = _dim_positions(xp, tuple(x.shape), axis, index, device)
     out = segment_scatter(xp, xp.reshape(x, (-1,)), xp.reshape(pos, (-1,)), xp.reshape(src, (-1,)),
-                          reduce, include_self, device)
+                          reduce, include_self, device, fast)
     return xp.reshape(out, x.shape)
 
 
@@ -342,7 +356,7 @@ class IndexPut(Layer):
             raise ShapeError(f"{self.where}: values of shape {tuple(values.shape)} do not broadcast to the "
                              f"indexed shape {tuple(pos.shape)}") from None
         out = segment_scatter(xp, xp.reshape(x, (-1,)), xp.reshape(pos, (-1,)), xp.reshape(values, (-1,)),
-                              "sum" if self.accumulate else "last", True, dev)
+                              "sum" if self.accumulate else "last", True, dev, self.backend.fast)
         return xp.reshape(out, x.shape)
 
 
@@ -382,7 +396,91 @@ class IndexAdd(_Named):
             if not is_float(xp, x.dtype) and isinstance(a, float) and not a.is_integer():
                 raise ShapeError(f"{self.where}: alpha={a} for an integer tensor")
             src = src * _value_like(xp, a if is_float(xp, x.dtype) else int(a), x, dev, self.where)
-        out = segment_scatter(xp, x1, index, src, "sum", True, dev)
+        out = segment_scatter(xp, x1, index, src, "sum", True, dev, self.backend.fast)
+        return xp.reshape(out, x.shape) if x.ndim == 0 else xp.moveaxis(out, 0, axis)
+
+
+def _long_index(xp: Any, index: Any, n: int, where: str, negative: bool) -> Any:
+    """A 0-D or 1-D int64 index (torch's index_fill / index_copy accept no other dtype) as a 1-D
+    int64 array in [0, n)."""
+    if not hasattr(index, "dtype") or index.dtype != xp.int64:
+        raise ShapeError(f"{where}: index must be an int64 tensor, found "
+                         f"{getattr(index, 'dtype', type(index).__name__)}")
+    if index.ndim > 1:
+        raise ShapeError(f"{where}: index must be 0-D or 1-D, found shape {tuple(index.shape)}")
+    return _index_array(xp, xp.reshape(index, (-1,)), n, where, negative=negative)
+
+
+@register("aten::index_fill")
+class IndexFill(_Named):
+    """``x.index_fill(dim, index, value)``: a copy of x with the slices ``index`` along dim set to
+    the scalar (or 0-D tensor) value, converted to x's dtype as torch does (a float into an
+    integer tensor truncates); negative indices count from the end."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 4:
+            raise LayerParameterError(f"{op.where}: expected 4 inputs (input, dim, index, value), found "
+                                      f"{len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def forward(self, x, dim, index, value):
+        xp, dev = self.xp, self.device
+        axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
+        n = x.shape[axis] if x.ndim else 1
+        index = _long_index(xp, index, n, self.where, negative=True)
+        if hasattr(value, "dtype"):
+            if value.ndim != 0:
+                raise ShapeError(f"{self.where}: value must be a scalar or a 0-D tensor, found shape "
+                                 f"{tuple(value.shape)}")
+        elif isinstance(value, (bool, int, float)):
+            kind = xp.bool if isinstance(value, bool) else xp.int64 if isinstance(value, int) else xp.float64
+            value = xp.asarray(value, dtype=kind, device=dev)
+        else:
+            raise ShapeError(f"{self.where}: value must be a number, found {type(value).__name__}")
+        v = value if value.dtype == x.dtype else xp.astype(value, x.dtype)
+        d = xp.arange(n, dtype=xp.int64, device=dev)
+        hit = xp.any(d[:, None] == index[None, :], axis=1) if index.shape[0] else xp.zeros((n,), dtype=xp.bool,
+                                                                                            device=dev)
+        if x.ndim:
+            hit = xp.reshape(hit, (n,) + (1,) * (x.ndim - axis - 1))
+        else:
+            hit = xp.reshape(hit, ())
+        return xp.where(hit, v, x)
+
+
+@register("aten::index_copy")
+class IndexCopy(_Named):
+    """``x.index_copy(dim, index, source)``: a copy of x with ``x[..., index[i], ...] =
+    source[..., i, ...]`` along dim (source of x's dtype; indices in [0, size), no negative ones,
+    as in torch; a repeated index keeps the last write)."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 4:
+            raise LayerParameterError(f"{op.where}: expected 4 inputs (input, dim, index, source), found "
+                                      f"{len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def forward(self, x, dim, index, source):
+        xp, dev = self.xp, self.device
+        axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
+        n = x.shape[axis] if x.ndim else 1
+        index = _long_index(xp, index, n, self.where, negative=False)
+        if not hasattr(source, "dtype") or source.dtype != x.dtype:
+            raise ShapeError(f"{self.where}: source must have the input's dtype {x.dtype}, found "
+                             f"{getattr(source, 'dtype', type(source).__name__)}")
+        if x.ndim <= 1 and source.ndim <= 1:  # (a scalar stands for one entry)
+            x1, src = xp.reshape(x, (-1,)), xp.reshape(source, (-1,))
+        elif source.ndim != x.ndim:
+            raise ShapeError(f"{self.where}: source has {source.ndim} dimensions, the input {x.ndim}")
+        else:
+            x1, src = xp.moveaxis(x, axis, 0), xp.moveaxis(source, axis, 0)
+        want = (index.shape[0],) + tuple(x1.shape[1:])
+        if tuple(src.shape) != want:
+            raise ShapeError(f"{self.where}: source of shape {tuple(source.shape)} does not match input "
+                             f"{tuple(x.shape)} with {index.shape[0]} entries along dim {axis}")
+        out = segment_scatter(xp, x1, index, src, "last", False, dev)
         return xp.reshape(out, x.shape) if x.ndim == 0 else xp.moveaxis(out, 0, axis)
 
 
@@ -408,7 +506,7 @@ class ScatterAdd(Layer):
         dim = self.dim if self.dim is not None else _int(inputs[self.pos["dim"]], "dim", self.where)
         axis = _axis(dim, x.ndim, self.where)
         return _scatter_along(self.xp, x, axis, inputs[self.pos["index"]], inputs[self.pos["src"]], "sum", True,
-                              self.device, self.where)
+                              self.device, self.where, self.backend.fast)
 
 
 @register("aten::scatter_reduce")
@@ -430,7 +528,7 @@ class ScatterReduce(_Named):
             raise ShapeError(f"{self.where}: reduce={reduce!r}; expected one of {', '.join(_REDUCES)}")
         axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
         keep = True if include_self is None else _flag(include_self, "include_self", self.where)
-        return _scatter_along(self.xp, x, axis, index, src, reduce, keep, self.device, self.where)
+        return _scatter_along(self.xp, x, axis, index, src, reduce, keep, self.device, self.where, self.backend.fast)
 
 
 def _broadcast_mask(xp: Any, x: Any, mask: Any, where: str) -> tuple[Any, Any]:
@@ -770,6 +868,42 @@ class Histc(_Named):
         return xp.astype(counts, dt)
 
 
+@register("aten::isin")
+class IsIn(_Named):
+    """``torch.isin(elements, test_elements, assume_unique, invert)``: a bool tensor shaped like
+    elements (0-D for a scalar), True where the element equals some test element (compared in
+    the promoted dtype; NaN matches nothing), negated with invert. Bool inputs are refused, as
+    in torch."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) not in (2, 3, 4):
+            raise LayerParameterError(f"{op.where}: expected 2 to 4 inputs (elements, test_elements, "
+                                      f"assume_unique, invert), found {len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def forward(self, elements, test, _assume_unique=False, invert=False):
+        xp, dev = self.xp, self.device
+        for what, v in (("elements", elements), ("test_elements", test)):
+            if isinstance(v, bool) or (hasattr(v, "dtype") and (v.dtype == xp.bool or not xp.isdtype(
+                    v.dtype, ("real floating", "integral")))):
+                raise ShapeError(f"{self.where}: {what} must be a real number or tensor (not bool or complex), "
+                                 f"found {getattr(v, 'dtype', type(v).__name__)}")
+            if not hasattr(v, "dtype") and not isinstance(v, (int, float)):
+                raise ShapeError(f"{self.where}: {what} must be a tensor or a number, found {type(v).__name__}")
+        a, b = binary_operands(xp, elements, test, dev)
+        flat = xp.reshape(a, (-1,))
+        pool = xp.sort(xp.reshape(b, (-1,)))
+        m = pool.shape[0]
+        if m == 0 or flat.shape[0] == 0:
+            hit = xp.zeros(flat.shape, dtype=xp.bool, device=dev)
+        else:
+            j = xp.clip(xp.searchsorted(pool, flat), max=m - 1)
+            hit = xp.take(pool, j, axis=0) == flat
+        hit = xp.reshape(hit, a.shape)
+        return ~hit if _flag(invert, "invert", self.where) else hit
+
+
 # ---------------------------------------------------------------------------------------------
 # data-dependent output shapes
 
@@ -869,3 +1003,116 @@ class Unique(_DataDependent):
             counts = xp.astype(ends - starts, xp.int64)
         out = (values, inverse, counts)
         return out[0] if self.n_out == 1 else out[:self.n_out]
+
+
+@register("aten::unique_consecutive")
+class UniqueConsecutive(_DataDependent):
+    """``torch.unique_consecutive(x, return_inverse, return_counts, dim)``: x with each run of
+    equal consecutive elements (dim None: of the flattened x) or slices along dim kept once, with
+    the run each element falls in (shaped like x, or along dim) and the run lengths. Without dim
+    an inverse or count not asked for is empty; with dim both are always given, as torch's
+    kernel does. NaNs are each their own value."""
+
+    def forward(self, x, return_inverse=False, return_counts=False, dim=None):
+        xp, dev = self.xp, self.device
+        empty = xp.zeros((0,), dtype=xp.int64, device=dev)
+        if dim is None:
+            flat = xp.reshape(x, (-1,))
+            keep_inverse = _flag(return_inverse, "return_inverse", self.where)
+            keep_counts = _flag(return_counts, "return_counts", self.where)
+            rows, shape_inv = flat, tuple(x.shape)
+            change = (rows[1:] != rows[:-1]) if rows.shape[0] else None
+            axis = None
+        else:
+            if x.ndim == 0:
+                raise ShapeError(f"{self.where}: dim={dim} for a 0-D input")
+            axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
+            keep_inverse = keep_counts = True
+            moved = xp.moveaxis(x, axis, 0)
+            length = moved.shape[0]
+            width = math.prod(moved.shape[1:])
+            if length and not width:
+                raise ShapeError(f"{self.where}: the input {tuple(x.shape)} has zero-sized dimensions other "
+                                 f"than dim {axis}")
+            rows, shape_inv = xp.reshape(moved, (length, width)), (length,)
+            change = xp.any(rows[1:, :] != rows[:-1, :], axis=1) if length else None
+        n = rows.shape[0]
+        if n == 0:
+            values = x if axis is not None else xp.reshape(x, (0,))
+            return (values, empty, empty)[:self.n_out] if self.n_out > 1 else values
+        start = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), change])
+        starts = xp.nonzero(start)[0]
+        if axis is None:
+            values = xp.take(rows, starts, axis=0)
+        else:
+            values = xp.moveaxis(xp.take(xp.moveaxis(x, axis, 0), starts, axis=0), 0, axis)
+        inverse = counts = empty
+        if keep_inverse:
+            inverse = xp.reshape(xp.cumulative_sum(xp.astype(start, xp.int64)) - 1, shape_inv)
+        if keep_counts:
+            ends = xp.concat([starts[1:], xp.asarray([n], dtype=starts.dtype, device=dev)])
+            counts = xp.astype(ends - starts, xp.int64)
+        out = (values, inverse, counts)
+        return out[0] if self.n_out == 1 else out[:self.n_out]
+
+
+@register("aten::where")
+class WhereTuple(_DataDependent):
+    """``torch.where(condition)`` (pnnx's one-input ``aten::where``): like
+    ``nonzero(as_tuple=True)``, one 1-D int64 tensor of coordinates of the non-zero elements per
+    axis (a list for ``prim::ListUnpack``; a 0-D condition gives one of length 0 or 1). The
+    three-input form is ``torch.where(condition, input, other)`` (not data-dependent)."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) not in (1, 3):
+            raise LayerParameterError(f"{op.where}: expected 1 input (condition) or 3 (condition, input, "
+                                      f"other), found {len(op.inputs)}")
+        layer = super().from_operator(op, ctx)
+        if len(op.inputs) == 3:
+            layer.data_dependent_shape = False
+        return layer
+
+    def forward(self, cond, *rest):
+        xp = self.xp
+        if rest:
+            if not hasattr(cond, "dtype"):
+                raise ShapeError(f"{self.where}: condition must be a tensor, found {type(cond).__name__}")
+            a, b = binary_operands(xp, rest[0], rest[1], self.device)
+            return xp.where(cond if cond.dtype == xp.bool else cond != 0, a, b)
+        coords = list(self._coords(cond))
+        return coords if self.n_out == 1 else tuple(coords)
+
+
+@register("aten::bincount")
+class Bincount(_DataDependent):
+    """``torch.bincount(x, weights, minlength)``: for the 1-D non-negative integer x, the count
+    (or the sum of the weights) of each value 0..max(minlength, max(x) + 1) - 1; int64 counts,
+    float32 sums for float32 weights, else float64 (an empty x gives int64 zeros, as in torch)."""
+
+    def forward(self, x, weights=None, minlength=0):
+        xp, dev = self.xp, self.device
+        ml = 0 if minlength is None else _int(minlength, "minlength", self.where)
+        if ml < 0:
+            raise ShapeError(f"{self.where}: minlength={ml}; it should be >= 0")
+        if not hasattr(x, "dtype") or x.dtype == xp.bool or not xp.isdtype(x.dtype, "integral") or x.ndim != 1:
+            raise ShapeError(f"{self.where}: bincount needs a 1-D non-negative integer input, found "
+                             f"{getattr(x, 'dtype', type(x).__name__)} of shape {tuple(getattr(x, 'shape', ()))}")
+        if weights is not None and (not hasattr(weights, "shape") or tuple(weights.shape) != tuple(x.shape)):
+            raise ShapeError(f"{self.where}: weights should be 1-D with the input's length {x.shape[0]}, found "
+                             f"shape {tuple(getattr(weights, 'shape', ()))}")
+        n = x.shape[0]
+        if n == 0:
+            return xp.zeros((ml,), dtype=xp.int64, device=dev)
+        xi = xp.astype(x, xp.int64)
+        lo = int(xp.min(xi))
+        if lo < 0:
+            raise ShapeError(f"{self.where}: bincount needs non-negative values, found {lo}")
+        size = max(ml, int(xp.max(xi)) + 1)
+        if weights is None:
+            s = xp.sort(xi)
+            q = xp.arange(size, dtype=xp.int64, device=dev)
+            return xp.astype(xp.searchsorted(s, q, side="right") - xp.searchsorted(s, q, side="left"), xp.int64)
+        wdt = xp.float32 if weights.dtype == xp.float32 else xp.float64
+        w = weights if weights.dtype == wdt else xp.astype(weights, wdt)
+        return segment_scatter(xp, xp.zeros((size,), dtype=wdt, device=dev), xi, w, "sum", True, dev, self.backend.fast)

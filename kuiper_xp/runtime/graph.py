@@ -98,16 +98,19 @@ class RuntimeOperator:
         return f"<RuntimeOperator {self.op.type} {self.op.name!r}>"
 
 
-_DTYPE_NAMES: dict[Any, str] = {}
+_DTYPE_NAMES: dict[tuple, str] = {}
 
 
 def _dtype_name(dt: Any) -> str:
     """``"float32"`` for numpy's, cupy's or array_api_strict's float32 (memoised: the output
     check runs it once per step, and numpy's ``str(dtype)`` costs microseconds)."""
+    # (keyed with the dtype's type: array_api_strict's dtypes hash like numpy's, and comparing the
+    # two warns)
+    key = (type(dt), dt)
     try:
-        return _DTYPE_NAMES[dt]
+        return _DTYPE_NAMES[key]
     except KeyError:
-        name = _DTYPE_NAMES[dt] = str(dt).rsplit(".", 1)[-1]
+        name = _DTYPE_NAMES[key] = str(dt).rsplit(".", 1)[-1]
         return name
     except TypeError:  # an unhashable dtype object
         return str(dt).rsplit(".", 1)[-1]
