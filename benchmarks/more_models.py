@@ -24,7 +24,8 @@ conv stack, bidirectional LSTM, ``--input-shape 1,32,128``). Video: ``c3d_lite``
 ``conformer`` (speech encoder blocks on frames, ``--input-shape 200,256``) and ``wavenet``
 (dilated causal Conv1d with gated activations, ``--input-shape 1,4000``). Audio: ``logmel_cnn``
 (a keyword spotter on raw 16 kHz samples: torch.stft, |.|^2, mel filterbank, log, CNN;
-``--input-shape 16000``)."""
+``--input-shape 16000``). Graph: ``gcn`` (graph convolutions over a fixed random graph stored as
+buffers: a gather of edge messages and an index_add per layer, ``--input-shape 2000,64``)."""
 import math
 
 import torch
@@ -687,3 +688,43 @@ def logmel_cnn():
     """One second of 16 kHz audio: ``--input-shape 16000`` (STFT 512/160, 64 mel bands, 4 conv
     stages, 35 keyword classes)."""
     return LogMelCNN()
+
+
+# ---- Graph network: GCN layers over a fixed random graph (gather, index_add, degree norm) ---------
+class GCNLayer(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.lin = nn.Linear(cin, cout)
+
+    def forward(self, x, src, dst, norm):  # x (N, nodes, C); edges src -> dst
+        h = self.lin(x)
+        msg = h[:, src] * norm                                    # (N, edges, C)
+        return torch.relu(torch.zeros_like(h).index_add(1, dst, msg))
+
+
+class GCN(nn.Module):
+    def __init__(self, nodes=2000, edges=20000, width=64, depth=3, classes=16):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        src = torch.randint(0, nodes, (edges,), generator=g)
+        dst = torch.randint(0, nodes, (edges,), generator=g)
+        self_loops = torch.arange(nodes)
+        src, dst = torch.cat([src, self_loops]), torch.cat([dst, self_loops])
+        deg = torch.zeros(nodes).index_add(0, dst, torch.ones(dst.shape[0]))
+        self.register_buffer("src", src)
+        self.register_buffer("dst", dst)
+        # symmetric normalisation 1 / sqrt(deg(src) deg(dst)), one weight per edge
+        self.register_buffer("norm", (deg[src] * deg[dst]).rsqrt().unsqueeze(1))
+        self.layers = nn.ModuleList(GCNLayer(width, width) for _ in range(depth))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x, self.src, self.dst, self.norm)
+        return self.head(x)
+
+
+def gcn():
+    """Node features: ``--input-shape 2000,64`` (3 GCN layers of 64 over a fixed random graph of
+    2000 nodes and 20000 edges plus self loops; per-node class scores)."""
+    return GCN()
