@@ -235,3 +235,23 @@ def test_list_unpack_checks_the_item_count(backend):
         layer([a, a, a])
     with pytest.raises(ShapeError, match=r"expected a list"):
         layer(a)
+
+
+def test_constant_index_lists_read_like_the_expression_parser():
+    """The JSON fast path for plain constant index lists (a gather over a fixed graph's edges is
+    a literal of tens of thousands of integers) gives what the expression parser gives, and
+    anything else still goes to the parser and its errors."""
+    from kuiper_xp.errors import LayerParameterError
+    from kuiper_xp.expression import parse
+    from kuiper_xp.layers.indexing import _literal, literal_text
+
+    big = "[None,[" + ",".join(str(i * 7 % 2003 - 50) for i in range(5000)) + "]]"
+    for text in ("[None,[1,-2,3]]", "5", "-4", "None", "[True,False]", "[[0,1],[2,3]]", "[None,None,[1]]", "[-0]",
+                 "[ 1 , 2 ]", "[01]", big):
+        got, want = literal_text(text, "here"), _literal(parse(text), "here")
+        assert got == want and repr(got) == repr(want), text
+    with pytest.raises(LayerParameterError, match=r"here: bad index expression '\[1,,2\]'"):
+        literal_text("[1,,2]", "here")
+    for text in ("[1.5]", "[1e5]", "[@0]", "[NaN]", "[Infinity]", "[\"a\"]"):
+        with pytest.raises(LayerParameterError, match=r"here: (unsupported index item|bad index expression)"):
+            literal_text(text, "here")
