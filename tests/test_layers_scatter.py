@@ -256,6 +256,33 @@ def test_segment_scatter_fast_and_generic_paths_match_torch(reduce):
     assert not d.any()
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean", "amax"])
+def test_segment_scatter_along_an_axis_matches_torch(reduce):
+    """Slices along a middle or last axis (an index_add over nodes of a batch), with few and with
+    many leading slices (the numpy path loops over up to 64, then builds one index)."""
+    from array_api_compat import numpy as xp_np
+    from kuiper_xp.backends import numpy_fast
+
+    from kuiper_xp.layers.scatter import segment_scatter
+
+    g = torch.Generator().manual_seed(3)
+    for shape, axis in (((2, 7, 3), 1), ((3, 7), 1), ((70, 7, 2), 1), ((2, 3, 7), 2), ((7, 4), 0)):
+        k = 25
+        dest = torch.randn(shape, generator=g, dtype=torch.float64)
+        vshape = shape[:axis] + (k,) + shape[axis + 1:]
+        vals = torch.randn(vshape, generator=g, dtype=torch.float64)
+        pos = torch.randint(0, shape[axis] - 1, (k,), generator=g)
+        index = pos.reshape((1,) * axis + (k,) + (1,) * (len(shape) - axis - 1)).expand(vshape)
+        for inc in (True, False):
+            want = t2n(dest.scatter_reduce(axis, index, vals, reduce, include_self=inc))
+            args = (t2n(dest), t2n(pos), t2n(vals), reduce, inc)
+            for name, fast in (("generic", None), ("fast", numpy_fast)):
+                got = segment_scatter(xp_np, *args, None, fast, axis)
+                assert_close(got, want, rtol=1e-12, what=f"{name} {reduce} {shape} axis {axis} include_self={inc}")
+    # vals not shaped like dest with k at the axis: declined, for the caller to report
+    assert numpy_fast.segment_scatter(np.zeros((2, 3)), np.array([0]), np.zeros((1, 3)), "sum", True, 1) is None
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 
@@ -299,6 +326,9 @@ def test_errors_name_the_operator(backend, exported):
 
 def test_new_index_ops_errors_name_the_operator(backend):
     a = backend.asarray
+    add = make_layer(backend, "aten::index_add ia 4 1 0 1 2 3 4", 4)
+    with pytest.raises(ShapeError, match=r"aten::index_add.*a 0-D input or source needs the other 0-D too"):
+        add(a(np.zeros(3, np.float32)), 0, a(np.array([1])), a(np.float32(5.0)))
     x = a(t2n(_r(3, 4)))
     fill = make_layer(backend, "aten::index_fill f 4 1 0 1 2 3 4", 4)
     with pytest.raises(ShapeError, match=r"aten::index_fill.*index 4 is out of range"):

@@ -135,7 +135,7 @@ def _reduce_axis1(xp: Any, g: Any, reduce: str) -> Any:
 
 
 def segment_scatter(xp: Any, dest: Any, pos: Any, vals: Any, reduce: str, include_self: bool,
-                    device: Any, fast: Any = None) -> Any:
+                    device: Any, fast: Any = None, axis: int = 0) -> Any:
     """A new ``dest`` (shape (N, *tail)) where the rows named by the flat positions ``pos``
     ((k,), int64 in [0, N)) are combined with the rows of ``vals`` ((k, *tail), dest's dtype).
 
@@ -143,16 +143,22 @@ def segment_scatter(xp: Any, dest: Any, pos: Any, vals: Any, reduce: str, includ
     row is combined, with the row's own value when ``include_self``), or ``"last"`` (the last value
     sent wins: ``index_put`` without accumulation). Rows nobody names are kept.
 
-    ``fast``: the backend's fast module; its ``segment_scatter`` (numpy: one sort and one
-    ``ufunc.reduceat``) is used where it covers the case (it returns None where not)."""
+    With ``axis``, the rows are the slices along that axis of ``dest`` and ``vals`` (shaped like
+    dest with k at ``axis``). ``fast``: the backend's fast module; its ``segment_scatter`` (numpy:
+    one ``ufunc.at`` over flat positions, in place along ``axis``) is used where it covers the
+    case (it returns None where not)."""
     k = pos.shape[0]
     if k == 0:
         return dest
     kernel = getattr(fast, "segment_scatter", None)
     if kernel is not None:
-        out = kernel(dest, pos, vals, reduce, include_self)
+        out = kernel(dest, pos, vals, reduce, include_self, axis)
         if out is not None:
             return out
+    if axis:
+        out = segment_scatter(xp, xp.moveaxis(dest, axis, 0), pos, xp.moveaxis(vals, axis, 0), reduce, include_self,
+                              device)
+        return xp.moveaxis(out, 0, axis)
     tail = tuple(dest.shape[1:])
     order = xp.argsort(pos, stable=True)
     ps = xp.take(pos, order, axis=0)
@@ -380,12 +386,15 @@ class IndexAdd(_Named):
         index = xp.reshape(index, (-1,))
         n = x.shape[axis] if x.ndim else 1
         index = _index_array(xp, index, n, self.where, negative=False)
-        if x.ndim == 0 or source.ndim == 0:  # (torch lets a 0-D source stand for one entry)
-            x1 = xp.reshape(x, (1,)) if x.ndim == 0 else xp.moveaxis(x, axis, 0)
-            src = xp.reshape(source, (1,) + tuple(x1.shape[1:]))
+        if x.ndim == 0 or source.ndim == 0:  # (0-D with 0-D only, as in torch: one entry)
+            if x.ndim != source.ndim:
+                raise ShapeError(f"{self.where}: source of shape {tuple(source.shape)} does not match input "
+                                 f"{tuple(x.shape)} (a 0-D input or source needs the other 0-D too)")
+            x1, src = xp.reshape(x, (1,)), xp.reshape(source, (1,))
         else:
-            x1, src = xp.moveaxis(x, axis, 0), xp.moveaxis(source, axis, 0)
-        exp_shape = (index.shape[0],) + tuple(x1.shape[1:])
+            x1, src = x, source
+        shape = tuple(x1.shape)
+        exp_shape = shape[:axis] + (index.shape[0],) + shape[axis + 1:]
         if tuple(src.shape) != exp_shape:
             raise ShapeError(f"{self.where}: source of shape {tuple(source.shape)} does not match input "
                              f"{tuple(x.shape)} with {index.shape[0]} entries along dim {axis}")
@@ -396,8 +405,8 @@ class IndexAdd(_Named):
             if not is_float(xp, x.dtype) and isinstance(a, float) and not a.is_integer():
                 raise ShapeError(f"{self.where}: alpha={a} for an integer tensor")
             src = src * _value_like(xp, a if is_float(xp, x.dtype) else int(a), x, dev, self.where)
-        out = segment_scatter(xp, x1, index, src, "sum", True, dev, self.backend.fast)
-        return xp.reshape(out, x.shape) if x.ndim == 0 else xp.moveaxis(out, 0, axis)
+        out = segment_scatter(xp, x1, index, src, "sum", True, dev, self.backend.fast, axis)
+        return xp.reshape(out, x.shape) if x.ndim == 0 else out
 
 
 def _long_index(xp: Any, index: Any, n: int, where: str, negative: bool) -> Any:
