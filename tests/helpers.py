@@ -202,3 +202,25 @@ def case_exporter(tmp_path_factory, cases: dict):
             cache[name] = param
         return cache[name]
     return get
+
+
+_FN_CLASS = None
+
+
+def Fn(fn):  # noqa: N802  (used like the class it makes)
+    """``nn.Module`` whose forward is ``fn(*inputs)``: one small module per tested operator call
+    (torch is imported on first use, so that torch-free tests can import this file)."""
+    global _FN_CLASS
+    if _FN_CLASS is None:
+        from torch import nn
+
+        class FnModule(nn.Module):
+            def __init__(self, f):
+                super().__init__()
+                self.fn = f
+
+            def forward(self, *a):
+                return self.fn(*a)
+
+        _FN_CLASS = FnModule
+    return _FN_CLASS(fn)

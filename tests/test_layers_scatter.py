@@ -12,21 +12,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_close
-from helpers import case_exporter
+from helpers import Fn, case_exporter
 from test_layers_misc import make_layer, t2n
-from torch import nn
 
 import kuiper_xp
 from kuiper_xp.errors import LayerParameterError, ShapeError
-
-
-class Fn(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *a):
-        return self.fn(*a)
 
 
 def _r(*shape, seed=0, dtype=torch.float32):
