@@ -105,6 +105,16 @@ def exported(tmp_path_factory):
     return case_exporter(tmp_path_factory, CASES)
 
 
+def _same_as_torch(backend, got, want, name):
+    """Every output has torch's shape, dtype and values."""
+    assert len(got) == len(want)
+    for k, (a, e) in enumerate(zip(got, want)):
+        a = backend.to_numpy(a)
+        assert a.shape == tuple(e.shape), (k, a.shape, tuple(e.shape))
+        assert a.dtype == t2n(e).dtype, (k, a.dtype, t2n(e).dtype)
+        assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_matches_torch(name, backend, exported):
     module, inputs, _ = CASES[name]
@@ -113,13 +123,7 @@ def test_matches_torch(name, backend, exported):
         want = module.eval()(*inputs)
     want = want if isinstance(want, tuple) else (want,)
     g = kuiper_xp.load(param, backend=backend)
-    got = g(*[t2n(t) for t in inputs])
-    assert len(got) == len(want)
-    for k, (a, e) in enumerate(zip(got, want)):
-        a = backend.to_numpy(a)
-        assert a.shape == tuple(e.shape), (k, a.shape, tuple(e.shape))
-        assert a.dtype == t2n(e).dtype, (k, a.dtype, t2n(e).dtype)
-        assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+    _same_as_torch(backend, g(*[t2n(t) for t in inputs]), want, name)
 
 
 def _runtime_masks(s, a, k):
@@ -144,13 +148,7 @@ def test_runtime_masks_are_data_dependent(name, backend, exported):
     for ins in (inputs, *others):
         with torch.no_grad():
             want = module.eval()(*ins)
-        got = g(*[t2n(t) for t in ins])
-        assert len(got) == len(want)
-        for k, (a, e) in enumerate(zip(got, want)):
-            a = backend.to_numpy(a)
-            assert a.shape == tuple(e.shape), (k, a.shape, tuple(e.shape))
-            assert a.dtype == t2n(e).dtype, (k, a.dtype, t2n(e).dtype)
-            assert_close(a, t2n(e), rtol=1e-5, what=f"{name} output {k}")
+        _same_as_torch(backend, g(*[t2n(t) for t in ins]), want, name)
 
 
 def test_constant_and_integer_indices_keep_full_shape_checks(backend, exported):

@@ -303,7 +303,10 @@ def diagonal(xp: Any, x: Any, offset: int, d1: int, d2: int, device: Any) -> Any
 
 
 class _Named(Layer):
-    """A layer whose operands all arrive as inputs; it keeps only the op's name for errors."""
+    """A layer whose operands all arrive as inputs; it keeps only the op's name for errors.
+    ``operands``, where set, names the inputs the operator must have (checked at build)."""
+
+    operands: tuple[str, ...] | None = None
 
     def __init__(self, ctx: BuildContext, where: str):
         super().__init__(ctx)
@@ -311,6 +314,9 @@ class _Named(Layer):
 
     @classmethod
     def from_operator(cls, op, ctx):
+        if cls.operands is not None and len(op.inputs) != len(cls.operands):
+            raise LayerParameterError(f"{op.where}: expected {len(cls.operands)} inputs ({', '.join(cls.operands)}), "
+                                      f"found {len(op.inputs)}")
         return cls(ctx, op.where)
 
 
@@ -426,12 +432,7 @@ class IndexFill(_Named):
     the scalar (or 0-D tensor) value, converted to x's dtype as torch does (a float into an
     integer tensor truncates); negative indices count from the end."""
 
-    @classmethod
-    def from_operator(cls, op, ctx):
-        if len(op.inputs) != 4:
-            raise LayerParameterError(f"{op.where}: expected 4 inputs (input, dim, index, value), found "
-                                      f"{len(op.inputs)}")
-        return cls(ctx, op.where)
+    operands = ("input", "dim", "index", "value")
 
     def forward(self, x, dim, index, value):
         xp, dev = self.xp, self.device
@@ -464,12 +465,7 @@ class IndexCopy(_Named):
     source[..., i, ...]`` along dim (source of x's dtype; indices in [0, size), no negative ones,
     as in torch; a repeated index keeps the last write)."""
 
-    @classmethod
-    def from_operator(cls, op, ctx):
-        if len(op.inputs) != 4:
-            raise LayerParameterError(f"{op.where}: expected 4 inputs (input, dim, index, source), found "
-                                      f"{len(op.inputs)}")
-        return cls(ctx, op.where)
+    operands = ("input", "dim", "index", "source")
 
     def forward(self, x, dim, index, source):
         xp, dev = self.xp, self.device
