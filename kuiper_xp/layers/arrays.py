@@ -234,15 +234,13 @@ class AtLeast(_ArrayLayer):
     (1, 1), (1, 1, 1); 1-d (n,) -> (1, n) or (1, n, 1); 2-d (m, n) -> (m, n, 1)); a list of
     tensors gives the list of their views."""
 
-    def __init__(self, ctx: BuildContext, nd: int):
-        super().__init__(ctx)
-        self.nd = nd
+    nd = 1
 
     @classmethod
     def from_operator(cls, op, ctx):
-        if len(op.inputs) != 1:
-            raise LayerParameterError(f"{op.where}: expected 1 input, found {len(op.inputs)}")
-        return cls(ctx, int(op.type[-2]))
+        layer = super().from_operator(op, ctx)
+        layer.nd = int(op.type[-2])  # (aten::atleast_Nd)
+        return layer
 
     def _one(self, x: Any) -> Any:
         x = self._tensor(x, "input")

@@ -1004,10 +1004,15 @@ class Unique(_DataDependent):
             seg = xp.cumulative_sum(xp.astype(start, xp.int64)) - 1
             inverse = xp.reshape(xp.take(seg, xp.argsort(order), axis=0), x.shape)  # (argsort: the inverse order)
         if _flag(return_counts, "return_counts", self.where):
-            ends = xp.concat([starts[1:], xp.asarray([n], dtype=starts.dtype, device=dev)])
-            counts = xp.astype(ends - starts, xp.int64)
+            counts = _run_lengths(xp, starts, n, dev)
         out = (values, inverse, counts)
         return out[0] if self.n_out == 1 else out[:self.n_out]
+
+
+def _run_lengths(xp: Any, starts: Any, n: int, device: Any) -> Any:
+    """int64 lengths of the runs beginning at ``starts`` (ascending) in a sequence of ``n``."""
+    ends = xp.concat([starts[1:], xp.asarray([n], dtype=starts.dtype, device=device)])
+    return xp.astype(ends - starts, xp.int64)
 
 
 @register("aten::unique_consecutive")
@@ -1055,8 +1060,7 @@ class UniqueConsecutive(_DataDependent):
         if keep_inverse:
             inverse = xp.reshape(xp.cumulative_sum(xp.astype(start, xp.int64)) - 1, shape_inv)
         if keep_counts:
-            ends = xp.concat([starts[1:], xp.asarray([n], dtype=starts.dtype, device=dev)])
-            counts = xp.astype(ends - starts, xp.int64)
+            counts = _run_lengths(xp, starts, n, dev)
         out = (values, inverse, counts)
         return out[0] if self.n_out == 1 else out[:self.n_out]
 
