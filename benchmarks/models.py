@@ -78,18 +78,21 @@ def parse_inputs(text: str) -> list[tuple[tuple[int, ...], str, int]]:
     """``"3,224,224"``, ``"3,224,224;16"`` (one shape per input, without the batch axis), each
     optionally with ``:DTYPE`` (float32, the default; int64, int32, bool) and for integers
     ``:HIGH`` (values drawn from [0, HIGH), default 2: token ids need the vocabulary size):
-    ``"128:int64:30522;128:int64:2"``. Returns ``(shape, dtype, high)`` per input."""
+    ``"128:int64:30522;128:int64:2"``. An input with one value per sample (a diffusion timestep)
+    has no dims: ``"3,32,32;:int64:1000"`` or ``"()"``. Returns ``(shape, dtype, high)`` per input."""
     specs = []
     for part in text.split(";"):
         fields = [f.strip() for f in part.split(":")]
+        # no dims ("()", or nothing before a dtype: ":int64:1000") is one value per sample
+        per_sample = fields[0] in ("()", "") and (fields[0] == "()" or len(fields) > 1)
         try:
             dims = tuple(int(d) for d in fields[0].replace("x", ",").split(",") if d.strip())
         except ValueError:
             dims = ()
-        if not dims or any(d <= 0 for d in dims):
+        if (not dims and not per_sample) or any(d <= 0 for d in dims):
             raise KeyError(f"--input-shape {text!r}: expected positive integers per input, e.g. 3,224,224 "
                            f"(the batch axis is added by --batches; several inputs separated by ';', "
-                           f"a dtype after ':', e.g. 128:int64:30522)")
+                           f"a dtype after ':', e.g. 128:int64:30522; one value per sample: () or :int64:1000)")
         dtype = fields[1] if len(fields) > 1 and fields[1] else "float32"
         if dtype not in INPUT_DTYPES or len(fields) > 3 or (len(fields) == 3 and not dtype.startswith("int")):
             raise KeyError(f"--input-shape {text!r}: {part!r} should be DIMS[:DTYPE[:HIGH]] with DTYPE one of "

@@ -79,7 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--input-shape", default=None,
                     help="per-input shape without the batch axis for file.py:factory models, e.g. "
                          "3,224,224 (several inputs: 3,224,224;16); integer or bool inputs as "
-                         "DIMS:DTYPE[:HIGH], e.g. token ids 128:int64:30522 (values in [0, HIGH))")
+                         "DIMS:DTYPE[:HIGH], e.g. token ids 128:int64:30522 (values in [0, HIGH)); "
+                         "one value per sample with no DIMS, e.g. a timestep: 3,32,32;:int64:1000")
     ap.add_argument("--batches", default="1,8", help="batch sizes, comma-separated")
     ap.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
     ap.add_argument("--runs", type=int, default=None,

@@ -66,6 +66,11 @@ def _case(name):
     if name == "seq_first_float_mask":
         m = _x(L, L)
         return {"batch_first": False}, (x, x, x), {"attn_mask": torch.from_numpy(m), "need_weights": False}, [x, m], True
+    if name == "buffer_mask_first":
+        # a float attn_mask held in a registered buffer (CLIP's causal mask): pnnx lists the
+        # pnnx.Attribute before the query and still tags the last input (the query) $attn_mask
+        m = np.triu(np.full((L, L), -np.inf, np.float32), 1)
+        return {}, (x, x, x), {"attn_mask": torch.from_numpy(m), "need_weights": False}, [m, x], True
     if name == "kpm_bool_and_float_mask":
         m = _x(L, S)
         return ({}, (x, y, y), {"attn_mask": torch.from_numpy(m), "key_padding_mask": torch.from_numpy(kpm)},
@@ -91,7 +96,8 @@ def _case(name):
     raise KeyError(name)
 
 
-MHA_CASES = ["self", "cross_weights", "seq_first_float_mask", "kpm_bool_and_float_mask", "causal_bool_and_kpm_per_head",
+MHA_CASES = ["self", "cross_weights", "seq_first_float_mask", "buffer_mask_first", "kpm_bool_and_float_mask",
+             "causal_bool_and_kpm_per_head",
              "float_kpm", "kdim_vdim", "no_bias_3d_mask", "bias_kv_zero_attn", "unbatched"]
 
 
@@ -258,6 +264,30 @@ def test_attention_export_matches_torch(attention_export, model_backend):
         assert t in text, f"pnnx no longer emits {t}"
     require_types(param)
     compare_graph(param, model_backend, module, inputs, rtol=1e-4)
+
+
+class BufferMaskAttention(nn.Module):
+    """CLIP's text encoder keeps its causal mask in a buffer: pnnx makes it a pnnx.Attribute and
+    lists it before the query among the attention's inputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.att = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.register_buffer("mask", torch.full((6, 6), float("-inf")).triu(1))
+
+    def forward(self, x):
+        return self.att(x, x, x, need_weights=False, attn_mask=self.mask)[0]
+
+
+def test_attention_with_a_mask_buffer_matches_torch(model_backend, tmp_path):
+    torch.manual_seed(0)
+    module = BufferMaskAttention().eval()
+    inputs = (torch.randn(2, 6, 16),)
+    param = export_module(module, inputs, tmp_path, inputs2=(torch.randn(3, 6, 16),))
+    line = next(t for t in param.read_text().splitlines() if t.startswith("nn.MultiheadAttention"))
+    assert "$attn_mask=" in line and len(line.split()[4:6]) == 2, line
+    compare_graph(param, model_backend, module, inputs, rtol=1e-4)
+    compare_graph(param, model_backend, module, (torch.randn(4, 6, 16),), rtol=1e-4)
 
 
 class EncoderStack(nn.Module):

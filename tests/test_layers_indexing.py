@@ -41,6 +41,12 @@ def _r(*shape, seed=0):
 
 
 # name -> (module, inputs, types the export must contain)
+def _theta(n):
+    """n different 2x3 affine matrices near the identity."""
+    base = torch.tensor([[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]])
+    return base + 0.05 * torch.arange(n, dtype=torch.float32).view(n, 1, 1)
+
+
 CASES = {
     "index_const": (Fn(lambda s, x: x[:, [0, 2, 3]] * 2), (_r(2, 5, 3),), {"Tensor.index"}),
     # (a constant 2-D index list is written flattened to its first row by pnnx 2.13, and the
@@ -86,6 +92,11 @@ CASES = {
             {"F.grid_sample", "F.affine_grid"}),
     "affine_grid_corners": (Fn(lambda s, t: F.affine_grid(t, (1, 2, 4, 7), align_corners=True)),
                             (torch.tensor([[[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]]]),), {"F.affine_grid"}),
+    # a dynamic batch: pnnx passes affine_grid's size as an input ($size=, fed by
+    # [size(@0,0),3,8,8]); the 4th entry is the second example input that makes the export dynamic
+    "stn_dynamic": (Fn(lambda s, x, t: F.grid_sample(x, F.affine_grid(t, x.size(), align_corners=False),
+                                                      align_corners=False)),
+                    (_r(2, 3, 8, 8), _theta(2)), {"F.grid_sample", "F.affine_grid"}, (_r(3, 3, 8, 8, seed=1), _theta(3))),
     "embedding_bag": (Fn(lambda s, ids: (s.m[0](ids), s.m[1](ids), s.m[2](ids)),
                          nn.EmbeddingBag(10, 4, mode="mean"), nn.EmbeddingBag(10, 4, mode="sum", padding_idx=2),
                          nn.EmbeddingBag(10, 4, mode="max")),
@@ -117,13 +128,25 @@ def _same_as_torch(backend, got, want, name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_matches_torch(name, backend, exported):
-    module, inputs, _ = CASES[name]
+    module, inputs, *_ = CASES[name]
     param = exported(name)
     with torch.no_grad():
         want = module.eval()(*inputs)
     want = want if isinstance(want, tuple) else (want,)
     g = kuiper_xp.load(param, backend=backend)
     _same_as_torch(backend, g(*[t2n(t) for t in inputs]), want, name)
+
+
+def test_affine_grid_takes_its_size_from_an_input(backend, exported):
+    module = CASES["stn_dynamic"][0]
+    param = exported("stn_dynamic")
+    assert "$size=" in param.read_text(), "pnnx no longer passes affine_grid's size as an input"
+    g = kuiper_xp.load(param, backend=backend)
+    for n in (1, 4):
+        inputs = (_r(n, 3, 8, 8, seed=n), _theta(n))
+        with torch.no_grad():
+            want = module.eval()(*inputs)
+        _same_as_torch(backend, g(*[t2n(t) for t in inputs]), (want,), f"stn_dynamic batch {n}")
 
 
 def _runtime_masks(s, a, k):

@@ -12,11 +12,13 @@ pnnx spellings (torch 2.13 exports):
 * Its inputs are the distinct tensors among (query, key, value, masks), in the order the traced
   graph first *uses* them: bool masks first (key_padding_mask, then attn_mask), then query, key,
   value (duplicates dropped: self-attention has one data input, ``(x, y, y)`` two), then float
-  masks (attn_mask, then key_padding_mask). pnnx tags the *last* input ``$attn_mask`` whenever any
+  masks (attn_mask, then key_padding_mask), except that a float mask held in a registered buffer
+  (a ``pnnx.Attribute``, CLIP's causal mask) comes before the query. pnnx tags the *last* input ``$attn_mask`` whenever any
   mask was given, which is only right for a float attn_mask; a second output (``need_weights``)
   adds the attention weights, averaged over heads or not (only visible from their shape).
   So this layer classifies its inputs by dtype and shape instead of trusting positions: bool
-  inputs are masks; float inputs after the query are data while they look like data (same rank,
+  inputs are masks; the query is the first float input shaped like one (3-D, else 2-D, last axis
+  embed_dim); float inputs after the query are data while they look like data (same rank,
   same batch size, feature size kdim/vdim), masks after that; a mask of shape (N, S) is a
   key_padding_mask, (L, S) or (N*num_heads, L, S) an attn_mask; when N == L makes a 2-D mask
   ambiguous, pnnx's order decides (and a lone ambiguous mask is taken as attn_mask).
@@ -177,13 +179,19 @@ class MultiheadAttention(Layer):
         floats = [a for a in inputs if a.dtype != xp.bool]
         if not floats:
             raise ShapeError(f"{self.where}: no query input among {len(inputs)} inputs")
-        q = floats[0]
+        # the query: pnnx lists it first among float inputs, except that a float mask held in a
+        # pnnx.Attribute (a registered buffer) can come before it; so take the first float input
+        # shaped like a query (3-D, then 2-D, last axis embed_dim) and count what precedes it
+        # among the masks
+        qi = next((i for rank in (3, 2) for i, a in enumerate(floats)
+                   if a.ndim == rank and a.shape[-1] == self.E), 0)
+        q = floats[qi]
         if q.ndim not in (2, 3):
             raise ShapeError(f"{self.where}: query must be 2-D or 3-D, found shape {tuple(q.shape)}")
         batched = q.ndim == 3
         bdim = (0 if self.batch_first else 1) if batched else None
         data = [q]
-        rest = floats[1:]
+        rest = floats[qi + 1:]
         while rest and len(data) < 3:
             a = rest[0]
             feat_ok = a.shape[-1] == (self.kdim if len(data) == 1 else self.vdim)
@@ -192,6 +200,7 @@ class MultiheadAttention(Layer):
                 data.append(rest.pop(0))
             else:
                 break
+        rest = floats[:qi] + rest
         k = data[1] if len(data) > 1 else q
         if batched:
             n = q.shape[bdim]

@@ -37,6 +37,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
 from .misc import input_slots, to_int_list
+from .shape import runtime_ints
 from .registry import register
 
 _F32 = struct.Struct("<f")
@@ -405,18 +406,30 @@ class GridSample(Layer):
 class AffineGrid(Layer):
     """``F.affine_grid(theta, size)`` for 2-D: theta (N, 2, 3), size (N, C, H, W) -> (N, H, W, 2),
     the (x, y) of each output pixel's centre (or corner, with align_corners) mapped by theta.
-    pnnx: ``F.affine_grid ... align_corners=False size=(1,3,8,8) $theta=0``."""
+    pnnx: ``F.affine_grid ... align_corners=False size=(1,3,8,8) $theta=0``; with a dynamic batch
+    the size is an input, ``$theta=13 $size=14`` fed by ``pnnx.Expression [size(@0,0),1,28,28]``."""
 
-    def __init__(self, ctx: BuildContext, size: tuple[int, ...], align: bool, where: str):
+    def __init__(self, ctx: BuildContext, size: tuple[int, ...] | None, align: bool, where: str,
+                 slots: dict[str, int] | None = None):
         super().__init__(ctx)
         self.size, self.align, self.where = size, align, where
+        self.slots = slots or {"theta": 0}
+
+    @staticmethod
+    def _check_size(size: tuple[int, ...], where: str, err: type[Exception]) -> tuple[int, ...]:
+        if len(size) != 4 or min(size) < 1:
+            raise err(f"{where}: only 2-D affine grids, size (N, C, H, W); found {size}")
+        return tuple(size)
 
     @classmethod
     def from_operator(cls, op, ctx):
-        size = op.ints("size")
-        if len(size) != 4 or min(size) < 1:
-            raise LayerParameterError(f"{op.where}: only 2-D affine grids, size (N, C, H, W); found {size}")
-        return cls(ctx, tuple(size), op.param("align_corners", bool, False) or False, op.where)
+        align = op.param("align_corners", bool, False) or False
+        if op.has_param("size") or len(op.inputs) < 2:
+            return cls(ctx, cls._check_size(op.ints("size"), op.where, LayerParameterError), align, op.where)
+        slots = input_slots(op, ("theta", "size"))
+        if set(slots) != {"theta", "size"}:
+            slots = {"theta": 0, "size": 1}
+        return cls(ctx, None, align, op.where, slots)
 
     def _axis(self, k: int, dtype: Any) -> Any:
         xp = self.xp
@@ -425,9 +438,14 @@ class AffineGrid(Layer):
             return i * (2 / (k - 1)) - 1 if k > 1 else xp.zeros_like(i)
         return (i * 2 + 1) / k - 1
 
-    def forward(self, theta: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
         xp = self.xp
-        n, _, h, w = self.size
+        theta = inputs[self.slots["theta"]]
+        if self.size is None:
+            size = self._check_size(runtime_ints(inputs[self.slots["size"]], self.where, "size"), self.where, ShapeError)
+        else:
+            size = self.size
+        n, _, h, w = size
         if theta.ndim != 3 or tuple(theta.shape[1:]) != (2, 3) or theta.shape[0] != n:
             raise ShapeError(f"{self.where}: theta should be ({n}, 2, 3), found {tuple(theta.shape)}")
         xs, ys = self._axis(w, theta.dtype), self._axis(h, theta.dtype)
