@@ -37,8 +37,8 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
 from .misc import input_slots, to_int_list
-from .shape import runtime_ints
 from .registry import register
+from .shape import runtime_ints
 
 _F32 = struct.Struct("<f")
 
