@@ -57,6 +57,11 @@ class IntExpressions(torch.nn.Module):
             torch.remainder(a, -3),
             a * 3 - d,
             -a + torch.abs(d),
+            # pnnx writes these as div(...): integer in, integer declared out, so floor division
+            # (a plain torch.div(a, d, rounding_mode="floor") here would be merged with a / d
+            # above into one float div by pnnx)
+            torch.div(a + 1, d, rounding_mode="floor"),
+            torch.div(a * 3, 4, rounding_mode="floor") + d,
         )
 
 

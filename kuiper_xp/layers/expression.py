@@ -68,6 +68,24 @@ def _string_argument(op, text: str) -> bool:
     return bool(consumers) and all(c.type.startswith("aten::") for c in consumers)
 
 
+_INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
+_DIV_CALL = re.compile(r"(?<![A-Za-z0-9_])div\(")
+
+
+def integer_floor_division(op: Any, text: str) -> str:
+    """pnnx writes ``torch.div(a, b, rounding_mode="floor")`` as a plain ``div`` (README: pnnx
+    pitfalls). On integer tensors the file still shows it: every input integer and the output
+    declared integer, which torch's true division (a float result) cannot give. There ``div``
+    is floor division (CenterNet's ``torch.div(index, w, rounding_mode="floor")``); anything
+    else keeps ``div`` as it is."""
+    if not op.inputs or not op.outputs or not _DIV_CALL.search(text):
+        return text
+    dtypes = [o.array_dtype for o in (*op.inputs, op.outputs[0])]
+    if all(d in _INTEGER_DTYPES for d in dtypes):
+        return _DIV_CALL.sub("floor_divide(", text)
+    return text
+
+
 @register("pnnx.Expression")
 class Expression(Layer):
     """Evaluates ``expr`` (e.g. ``add(@0,mul(@1,2))``) on the op's inputs with torch's semantics.
@@ -111,6 +129,7 @@ class Expression(Layer):
             raise LayerParameterError(f"{op.where}: parameter 'expr': {exc}") from None
         if _string_argument(op, text):
             return StringConstant(ctx, text)
+        text = integer_floor_division(op, text)
         try:
             program = Program(text, ctx.xp, ctx.device, ctx.fast, n_inputs=len(op.inputs))
         except ExpressionError as exc:
