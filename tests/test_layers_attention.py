@@ -290,6 +290,36 @@ def test_attention_with_a_mask_buffer_matches_torch(model_backend, tmp_path):
     compare_graph(param, model_backend, module, (torch.randn(4, 6, 16),), rtol=1e-4)
 
 
+class CausalDecoder(nn.Module):
+    """nn.TransformerDecoder with generate_square_subsequent_mask: torch detects the mask as
+    causal and pnnx then drops it, unless tgt_is_causal=False is passed (README)."""
+
+    def __init__(self, keep_mask):
+        super().__init__()
+        self.keep_mask = keep_mask
+        layer = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+        self.dec = nn.TransformerDecoder(layer, 1)
+
+    def forward(self, tgt, memory):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        return self.dec(tgt, memory, tgt_mask=mask, tgt_is_causal=False if self.keep_mask else None)
+
+
+@pytest.mark.parametrize("keep_mask", [False, True])
+def test_causal_decoder_mask_needs_tgt_is_causal_false(keep_mask, tmp_path):
+    torch.manual_seed(0)
+    module = CausalDecoder(keep_mask).eval()
+    inputs = (torch.randn(2, 7, 16), torch.randn(2, 9, 16))
+    param = export_module(module, inputs, tmp_path)
+    line = next(t for t in param.read_text().splitlines() if t.split()[1:2] == ["dec.layers.0.self_attn"])
+    n_inputs = int(line.split()[2])
+    if not keep_mask:  # what the README warns about: the mask is gone from the file
+        assert n_inputs == 1, f"pnnx now keeps the detected causal mask (update the README): {line[:120]}"
+        return
+    assert n_inputs == 2, line[:120]
+    compare_graph(param, "numpy", module, inputs, rtol=1e-4)
+
+
 class EncoderStack(nn.Module):
     """nn.TransformerEncoder in eval mode: torch traces its fused inference path, which pnnx keeps
     as aten::_transformer_encoder_layer_fwd (post-norm ReLU layers, then a pre-norm GELU one)."""
