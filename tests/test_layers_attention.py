@@ -188,6 +188,9 @@ def test_mm_bmm_addmm_baddbmm(backend, tmp_path):
     ("ij,jk->ik", [(3, 4), (4, 5)]), ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij->ji", [(3, 4)]),
     ("ij->", [(3, 4)]), ("i,j->ij", [(3,), (4,)]), ("...ij,...jk", [(2, 3, 4), (4, 5)]),
     ("bij,bjk,bkl->bil", [(2, 3, 4), (2, 4, 5), (2, 5, 2)]), ("ijk,ik->j", [(3, 4, 5), (3, 5)]),
+    # linear attention: batched outer products (nothing contracted), then a contraction
+    ("bnhd,bnhe->bnhde", [(2, 5, 3, 4), (2, 5, 3, 6)]), ("bnhd,bnhe->hedb", [(2, 5, 3, 4), (1, 5, 3, 6)]),
+    ("bnhd,bnhde,bnh->bnhe", [(2, 5, 3, 4), (2, 5, 3, 4, 6), (2, 5, 3)]),
 ])
 def test_einsum(backend, tmp_path, eq, shapes):
     ops = [_x(*s) for s in shapes]

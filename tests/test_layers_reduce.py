@@ -198,6 +198,25 @@ def test_cumulative_and_logical(backend, op_type, params, fn):
     assert_close(run(backend, make_layer(backend, op_type, params), x), ref(fn, x), rtol=2e-6, what=op_type)
 
 
+@pytest.mark.parametrize("op_type,dim,dtype", [
+    ("torch.cumsum", 1, np.float32), ("torch.cumsum", 0, np.float32), ("torch.cumsum", 2, np.int32),
+    ("torch.cumsum", 1, np.bool_), ("torch.cumprod", 1, np.float32), ("torch.cumprod", -3, np.int64),
+])
+def test_cumulative_along_an_outer_axis(backend, op_type, dim, dtype):
+    """A scan with a long inner slice (numpy's fast path walks the axis one slice at a time):
+    torch's values and dtype, odd sizes, a non-contiguous input."""
+    g = np.random.default_rng(7)
+    x = g.standard_normal((3, 7, 5, 9)).astype(np.float32)
+    x = x * 0.4 + 1 if op_type == "torch.cumprod" else x
+    x = x > 0 if dtype is np.bool_ else (x if dtype is np.float32 else np.round(x * 2).astype(dtype))
+    x = np.swapaxes(np.swapaxes(x, 0, 3).copy(), 0, 3)  # same values, another memory layout
+    fn = torch.cumsum if op_type == "torch.cumsum" else torch.cumprod
+    got = backend.to_numpy(run(backend, make_layer(backend, op_type, f"dim={dim}"), x))
+    want = ref(lambda t: fn(t, dim), x)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert_close(got, want, rtol=2e-6, what=f"{op_type} dim={dim} {np.dtype(dtype)}")
+
+
 def test_aten_reductions_take_dims_as_inputs(backend):
     """``x.prod()`` and ``torch.all(x, 1)`` stay ``aten::`` ops with dim/keepdim as inputs."""
     layer = make_layer(backend, "aten::prod", "", n_in=2)

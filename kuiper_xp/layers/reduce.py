@@ -420,6 +420,7 @@ class CumSum(Layer):
     def forward(self, x: Any) -> Any:
         xp = self.xp
         who = f"{self.op_type} {self.op_name!r}"
+        fast = getattr(self.backend.fast, "cumulative", None)
         if x.ndim == 0:
             x = xp.reshape(x, (1,))
             d, scalar = 0, True
@@ -428,8 +429,10 @@ class CumSum(Layer):
         dt = getattr(xp, self.dtype, None) if self.dtype else None
         if dt is None:
             dt = x.dtype if _is_float(xp, x.dtype) else xp.int64
-        f = xp.cumulative_prod if self.prod else xp.cumulative_sum
-        out = f(_no_bool(xp, x, dt), axis=d, dtype=dt)
+        out = None if fast is None else fast(x, d, "prod" if self.prod else "sum", dt)
+        if out is None:
+            f = xp.cumulative_prod if self.prod else xp.cumulative_sum
+            out = f(_no_bool(xp, x, dt), axis=d, dtype=dt)
         return xp.reshape(out, ()) if scalar else out
 
 
