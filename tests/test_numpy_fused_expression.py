@@ -1,0 +1,133 @@
+"""The numpy backend's fused expressions (backends/numpy_fast.fuse_expression): a tree of
+elementwise float functions run chunk by chunk with chunk-sized scratch, small sub-trees computed
+once, whole. The same ufuncs on the same values in the same order as the evaluator, so the
+results are compared with it bit for bit, and with torch."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_close
+from helpers import make_layer
+from kuiper_xp.backends import get_backend
+from kuiper_xp.backends import numpy_fast as nf
+
+from kuiper_xp.expression import Program
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.0, 2.5, 80.0, -80.0], np.float32)
+
+# (expression, torch function of the inputs); all fused on numpy
+FUSED = [
+    ("add(@0,mul(@1,@2))", lambda a, b, c: a + b * c),  # the seeds' example
+    ("div(sub(@0,@1),add(abs(@2),0.5))", lambda a, b, c: (a - b) / (c.abs() + 0.5)),
+    ("mul(@0,div(1,add(1,exp(neg(@0)))))", lambda a: a * (1 / (1 + torch.exp(-a)))),
+    ("max(@0,min(@1,3.5))", lambda a, b: torch.maximum(a, torch.minimum(b, torch.tensor(3.5, dtype=b.dtype)))),
+    ("sqrt(add(square(@0),1e-05))", lambda a: torch.sqrt(a * a + 1e-05)),
+    ("rsqrt(add(abs(@0),1))", lambda a: torch.rsqrt(a.abs() + 1)),
+    ("reciprocal(@0)", torch.reciprocal),
+    ("add(@0,@1,2)", lambda a, b: a + 2 * b),
+    ("sub(@0,@1,0.5)", lambda a, b: a - 0.5 * b),
+    ("mul(tanh(@0),log(abs(@1)))", lambda a, b: torch.tanh(a) * torch.log(b.abs())),
+    ("sub(1.0,mul(sin(@0),cos(@1)))", lambda a, b: 1.0 - torch.sin(a) * torch.cos(b)),
+    ("mul(@0,0.5)", lambda a: a * 0.5),
+    # ConvNeXt-V2's GRN: the per-channel factor is a small sub-tree, computed once
+    ("add(add(mul(@0,mul(@1,div(@2,add(@3,1.000000e-6)))),@4),@1)",
+     lambda g, x, gx, m, b: g * (x * (gx / (m + 1e-6))) + b + x),
+]
+# the inputs' shapes, cycled: full, per-channel, full, per-sample, per-channel
+SHAPES = [(3, 37, 41, 29), (1, 37, 1, 1), (3, 37, 41, 29), (3, 1, 1, 1), (1, 37, 1, 1)]
+
+
+def _n_inputs(expr):
+    return 1 + max(int(t[0]) for t in expr.split("@")[1:])
+
+
+def _inputs(n, dtype, seed=0, shapes=SHAPES):
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        x = (rng.standard_normal(shapes[k % len(shapes)]) * 3).astype(dtype)
+        flat = x.reshape(-1)
+        flat[: min(flat.size, SPECIAL.size)] = SPECIAL[: flat.size].astype(dtype)
+        out.append(x)
+    if n > 2:  # one input in another memory layout (same values)
+        out[2] = np.asfortranarray(out[2])
+    return out
+
+
+@pytest.fixture(params=[None, 1000, 1 << 30], ids=["default-chunks", "small-chunks", "one-chunk"])
+def chunk(request, monkeypatch):
+    if request.param is not None:
+        monkeypatch.setattr(nf, "FUSE_CHUNK", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("expr,fn", FUSED, ids=[e for e, _ in FUSED])
+def test_fused_expression_is_the_evaluator_bit_for_bit(expr, fn, dtype, chunk):
+    n = _n_inputs(expr)
+    layer = make_layer(get_backend("numpy"), "pnnx.Expression", f"expr={expr}", n_in=n)
+    assert layer._fused is not None, f"{expr} was not fused"
+    host = _inputs(n, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's warnings on inf - inf and the like
+        fused = layer._fused(host)
+        generic = Program(expr, np, None, None, n_inputs=n).run(host)
+    assert fused is not None, "the fused path declined"
+    assert fused.dtype == generic.dtype and fused.shape == generic.shape
+    np.testing.assert_array_equal(fused, generic, err_msg=expr)
+    np.testing.assert_array_equal(np.asarray(layer(*host)), generic, err_msg=expr)
+    with torch.no_grad():
+        want = fn(*[torch.from_numpy(np.ascontiguousarray(h)) for h in host]).numpy()
+    tol = 4e-6 if dtype == np.float32 else 1e-12
+    assert_close(fused, want, rtol=tol, atol=tol, what=f"{expr} vs torch")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_sub_trees_are_computed_once(dtype, chunk, monkeypatch):
+    """GRN with its real shapes: gx (N, 1, 1, C) and its mean (N, 1, 1, 1) make a per-sample,
+    per-channel factor that is computed whole before the chunks (the ufuncs' calls counted)."""
+    expr, fn = FUSED[-1]
+    shapes = [(1, 1, 1, 40), (3, 21, 23, 40), (3, 1, 1, 40), (3, 1, 1, 1), (1, 1, 1, 40)]
+    host = _inputs(5, dtype, shapes=shapes)
+    layer = make_layer(get_backend("numpy"), "pnnx.Expression", f"expr={expr}", n_in=5)
+    sizes = []
+    steps = layer._fused.steps
+    for j, (ufunc, args) in enumerate(steps):
+        def spy(*a, _u=ufunc, **kw):
+            out = _u(*a, **kw)
+            sizes.append(out.size)
+            return out
+        steps[j] = (spy, args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's warnings on inf * 0 in the evaluator
+        got = layer._fused(host)
+        np.testing.assert_array_equal(got, Program(expr, np, None, None, n_inputs=5).run(host))
+    assert sizes[:2] == [3, 120], sizes  # add(@3, eps) and the div: once, at their own size
+    assert all(s > 120 for s in sizes[2:]), sizes
+    with torch.no_grad():
+        want = fn(*[torch.from_numpy(np.ascontiguousarray(h)) for h in host]).numpy()
+    assert_close(got, want, rtol=4e-6, atol=4e-6, what="GRN vs torch")
+
+
+def test_fused_expression_declines_what_it_does_not_cover():
+    layer = make_layer(get_backend("numpy"), "pnnx.Expression", "expr=add(@0,mul(@1,2))", n_in=2)
+    big = np.ones((64, 1024), np.float32)
+    assert layer._fused(_inputs(2, np.float32)[:2]) is not None
+    assert layer._fused([big.astype(np.int64), big.astype(np.int64)]) is None  # integers: torch's rules
+    assert layer._fused([big, big.astype(np.float64)]) is None  # mixed dtypes: torch's promotion
+    assert layer._fused([big[:2, :4], big[:2, :4]]) is None  # small: the evaluator's whole-array calls
+    assert layer._fused([big, np.ones((3,), np.float32)]) is None  # no broadcast: the evaluator's error
+    out = layer(big.astype(np.int64), big.astype(np.int64))
+    assert out.dtype == np.int64 and int(out[0, 0]) == 3
+    with pytest.raises(Exception, match="add|mul|broadcast|shape"):
+        layer(big, np.ones((3,), np.float32))
+
+
+def test_not_fused_outside_the_table_or_a_plain_residual_add():
+    for expr in ("fmod(@0,2.0)", "floor_divide(@0,@1)", "size(@0,1)", "add(@0,@1)", "pow(@0,2)", "erf(@0)"):
+        layer = make_layer(get_backend("numpy"), "pnnx.Expression", f"expr={expr}", n_in=2 if "@1" in expr else 1)
+        assert layer._fused is None, expr
