@@ -3576,7 +3576,7 @@ class FusedExpression:
         n_tmp = self.n_tmp
 
         def part(c0, c1):
-            bufs = [_workspace((chunk,), dt, slot=70 + k) for k in range(n_tmp)]
+            bufs = [_workspace((chunk,), dt, slot=100 + k) for k in range(n_tmp)]  # (slots of its own)
             with np.errstate(all="ignore"):
                 for c in range(c0, c1):
                     if ax < 0:

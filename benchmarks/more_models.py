@@ -25,7 +25,13 @@ conv stack, bidirectional LSTM, ``--input-shape 1,32,128``). Video: ``c3d_lite``
 (dilated causal Conv1d with gated activations, ``--input-shape 1,4000``). Audio: ``logmel_cnn``
 (a keyword spotter on raw 16 kHz samples: torch.stft, |.|^2, mel filterbank, log, CNN;
 ``--input-shape 16000``). Graph: ``gcn`` (graph convolutions over a fixed random graph stored as
-buffers: a gather of edge messages and an index_add per layer, ``--input-shape 2000,64``)."""
+buffers: a gather of edge messages and an index_add per layer, ``--input-shape 2000,64``). Probed on 2026-11-26: ``llama`` (RMSNorm, RoPE, grouped KV heads,
+SwiGLU, causal SDPA; ``--input-shape 64:int64:1000``), ``whisper_enc`` (``--input-shape 80,1000``),
+``clip_text`` (causal mask as a buffer; ``--input-shape 32:int64:5000``), ``seq2seq``
+(nn.Transformer; ``--input-shape "40,128;20,128"``), ``mini_unet`` (diffusion U-Net with a timestep
+input; ``--input-shape "3,32,32;:int64:1000"``), ``convnext_v2`` (GRN; ``--input-shape 3,224,224``),
+``lin_attn`` (``--input-shape 256,128``), ``centernet`` (top-k decoding; ``--input-shape
+3,128,128``) and ``stn`` (``--input-shape 1,28,28``)."""
 import math
 
 import torch
@@ -728,3 +734,318 @@ def gcn():
     """Node features: ``--input-shape 2000,64`` (3 GCN layers of 64 over a fixed random graph of
     2000 nodes and 20000 edges plus self loops; per-node class scores)."""
     return GCN()
+
+
+# ---- models probed on 2026-11-26 (third day): each found a gap or exercises a new fast path -----
+# ---- LLaMA-style decoder: RMSNorm written out, RoPE by rotate_half, grouped KV heads, SwiGLU -----
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(d) + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d=256, heads=8, kv_heads=2, ffn=688, max_len=512):
+        super().__init__()
+        self.h, self.kvh, self.hd = heads, kv_heads, d // heads
+        self.q = nn.Linear(d, d, bias=False)
+        self.k = nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.v = nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(d, d, bias=False)
+        self.n1, self.n2 = RMSNorm(d), RMSNorm(d)
+        self.gate, self.up = nn.Linear(d, ffn, bias=False), nn.Linear(d, ffn, bias=False)
+        self.down = nn.Linear(ffn, d, bias=False)
+        inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        freqs = torch.outer(torch.arange(max_len).float(), inv)
+        emb = torch.cat((freqs, freqs), -1)
+        self.register_buffer("cos", emb.cos())
+        self.register_buffer("sin", emb.sin())
+
+    def forward(self, x):
+        b, t, d = x.shape
+        y = self.n1(x)
+        q = self.q(y).view(b, t, self.h, self.hd).transpose(1, 2)
+        k = self.k(y).view(b, t, self.kvh, self.hd).transpose(1, 2)
+        v = self.v(y).view(b, t, self.kvh, self.hd).transpose(1, 2)
+        cos, sin = self.cos[:t][None, None], self.sin[:t][None, None]
+        q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+        k = k.repeat_interleave(self.h // self.kvh, dim=1)
+        v = v.repeat_interleave(self.h // self.kvh, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        y = self.n2(x)
+        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab=1000, d=256, depth=4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList([LlamaBlock(d) for _ in range(depth)])
+        self.norm, self.head = RMSNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+
+def llama():
+    """Token ids: ``--input-shape 64:int64:1000``."""
+    return Llama()
+
+
+# ---- Whisper-style audio encoder: Conv1d + GELU stem, sinusoidal positions, pre-LN encoder layers --
+class WhisperEncoder(nn.Module):
+    def __init__(self, n_mels=80, d=256, heads=4, depth=3, ctx=500):
+        super().__init__()
+        self.c1 = nn.Conv1d(n_mels, d, 3, padding=1)
+        self.c2 = nn.Conv1d(d, d, 3, stride=2, padding=1)
+        half = d // 2
+        inv = torch.exp(-math.log(10000) / (half - 1) * torch.arange(half))
+        st = torch.arange(ctx)[:, None] * inv[None, :]
+        self.register_buffer("pos", torch.cat([torch.sin(st), torch.cos(st)], 1))
+        self.layers = nn.ModuleList([nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu",
+                                                                batch_first=True, norm_first=True)
+                                     for _ in range(depth)])
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, mel):
+        x = F.gelu(self.c2(F.gelu(self.c1(mel)))).permute(0, 2, 1)
+        x = x + self.pos[: x.shape[1]]
+        for layer in self.layers:
+            x = layer(x)
+        return self.ln(x)
+
+
+def whisper_enc():
+    """Log-mel frames: ``--input-shape 80,1000``."""
+    return WhisperEncoder()
+
+
+# ---- CLIP-style text encoder: the causal mask is a registered buffer, EOT token picked by argmax ----
+class ClipText(nn.Module):
+    def __init__(self, vocab=5000, ctx=32, d=256, heads=4, depth=3):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(ctx, d) * 0.01)
+        self.register_buffer("mask", torch.full((ctx, ctx), float("-inf")).triu(1))
+        self.att = nn.ModuleList([nn.MultiheadAttention(d, heads, batch_first=True) for _ in range(depth)])
+        self.lns = nn.ModuleList([nn.LayerNorm(d) for _ in range(2 * depth)])
+        self.mlps = nn.ModuleList([nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+                                   for _ in range(depth)])
+        self.ln = nn.LayerNorm(d)
+        self.proj = nn.Parameter(torch.randn(d, 128) * d ** -0.5)
+
+    def forward(self, ids):
+        x = self.tok(ids) + self.pos
+        for i, att in enumerate(self.att):
+            y = self.lns[2 * i](x)
+            x = x + att(y, y, y, need_weights=False, attn_mask=self.mask)[0]
+            x = x + self.mlps[i](self.lns[2 * i + 1](x))
+        x = self.ln(x)
+        x = x[torch.arange(x.shape[0]), ids.argmax(dim=-1)] @ self.proj
+        return x / x.norm(dim=-1, keepdim=True)
+
+
+def clip_text():
+    """Token ids: ``--input-shape 32:int64:5000``."""
+    return ClipText()
+
+
+# ---- nn.Transformer sequence to sequence (tgt_is_causal=False keeps the mask in the export) -------
+class Seq2Seq(nn.Module):
+    def __init__(self, d=128, vocab=500):
+        super().__init__()
+        self.t = nn.Transformer(d, 4, 2, 2, 256, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, src, tgt):
+        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+        # without tgt_is_causal=False torch detects the mask as causal and pnnx drops it (README)
+        return self.out(self.t(src, tgt, tgt_mask=mask, tgt_is_causal=False))
+
+
+def seq2seq():
+    """Source and target embeddings: ``--input-shape "40,128;20,128"``."""
+    return Seq2Seq()
+
+
+# ---- diffusion U-Net: GroupNorm/SiLU blocks, a timestep embedding computed in forward, attention --
+def _timestep_embedding(t, dim):
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+    args = t[:, None].float() * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+class TimeResBlock(nn.Module):
+    def __init__(self, cin, cout, tdim):
+        super().__init__()
+        self.n1, self.c1 = nn.GroupNorm(32, cin), nn.Conv2d(cin, cout, 3, padding=1)
+        self.t = nn.Linear(tdim, cout)
+        self.n2, self.c2 = nn.GroupNorm(32, cout), nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x, temb):
+        h = self.c1(F.silu(self.n1(x))) + self.t(F.silu(temb))[:, :, None, None]
+        return self.skip(x) + self.c2(F.silu(self.n2(h)))
+
+
+class SpatialAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm, self.qkv, self.proj = nn.GroupNorm(32, c), nn.Conv2d(c, 3 * c, 1), nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        q, k, v = self.qkv(self.norm(x)).reshape(b, 3, c, h * w).unbind(1)
+        a = torch.softmax(torch.einsum("bci,bcj->bij", q, k) / math.sqrt(c), -1)
+        return x + self.proj(torch.einsum("bij,bcj->bci", a, v).reshape(b, c, h, w))
+
+
+class MiniUNet(nn.Module):
+    def __init__(self, ch=64):
+        super().__init__()
+        td = ch * 4
+        self.ch = ch
+        self.temb = nn.Sequential(nn.Linear(ch, td), nn.SiLU(), nn.Linear(td, td))
+        self.inp = nn.Conv2d(3, ch, 3, padding=1)
+        self.d1, self.down = TimeResBlock(ch, ch, td), nn.Conv2d(ch, ch, 3, stride=2, padding=1)
+        self.d2, self.mid, self.m2 = TimeResBlock(ch, 2 * ch, td), SpatialAttention(2 * ch), TimeResBlock(2 * ch, 2 * ch, td)
+        self.u1, self.upc = TimeResBlock(4 * ch, ch, td), nn.Conv2d(ch, ch, 3, padding=1)
+        self.u2 = TimeResBlock(2 * ch, ch, td)
+        self.out = nn.Sequential(nn.GroupNorm(32, ch), nn.SiLU(), nn.Conv2d(ch, 3, 3, padding=1))
+
+    def forward(self, x, t):
+        e = self.temb(_timestep_embedding(t, self.ch))
+        h1 = self.d1(self.inp(x), e)
+        h2 = self.d2(self.down(h1), e)
+        h = self.u1(torch.cat([self.m2(self.mid(h2), e), h2], 1), e)
+        h = self.u2(torch.cat([self.upc(F.interpolate(h, scale_factor=2.0, mode="nearest")), h1], 1), e)
+        return self.out(h)
+
+
+def mini_unet():
+    """An image and one integer timestep per sample: ``--input-shape "3,32,32;:int64:1000"``."""
+    return MiniUNet()
+
+
+# ---- ConvNeXt-V2 blocks: Global Response Normalisation (torch.norm over H, W; mean over C) --------
+class GRN(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.randn(1, 1, 1, d) * 0.1)
+        self.beta = nn.Parameter(torch.randn(1, 1, 1, d) * 0.1)
+
+    def forward(self, x):
+        gx = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+        return self.gamma * (x * (gx / (gx.mean(dim=-1, keepdim=True) + 1e-6))) + self.beta + x
+
+
+class CNV2Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.dw, self.n = nn.Conv2d(d, d, 7, padding=3, groups=d), nn.LayerNorm(d, eps=1e-6)
+        self.p1, self.grn, self.p2 = nn.Linear(d, 4 * d), GRN(4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        y = self.n(self.dw(x).permute(0, 2, 3, 1))
+        return x + self.p2(self.grn(F.gelu(self.p1(y)))).permute(0, 3, 1, 2)
+
+
+def convnext_v2():
+    """A ConvNeXt-V2-Nano-like stack (widths 40..320, depths 2, 2, 6, 2): ``--input-shape 3,224,224``."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 40, 4, 4)]
+    widths, depths = (40, 80, 160, 320), (2, 2, 6, 2)
+    for i, (d, n) in enumerate(zip(widths, depths)):
+        if i:
+            layers += [nn.GroupNorm(1, widths[i - 1]), nn.Conv2d(widths[i - 1], d, 2, 2)]
+        layers += [CNV2Block(d) for _ in range(n)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.LayerNorm(320), nn.Linear(320, 1000)]
+    return nn.Sequential(*layers)
+
+
+# ---- linear attention (elu + 1 feature maps): einsum outer products, a causal variant by cumsum ---
+class LinearAttention(nn.Module):
+    def __init__(self, d=128, heads=4):
+        super().__init__()
+        self.h = heads
+        self.qkv, self.o, self.n = nn.Linear(d, 3 * d), nn.Linear(d, d), nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(self.n(x)).view(b, n, 3, self.h, c // self.h).unbind(2)
+        q, k = F.elu(q) + 1, F.elu(k) + 1
+        kv = torch.einsum("bnhd,bnhe->bhde", k, v)
+        z = 1 / (torch.einsum("bnhd,bhd->bnh", q, k.sum(1)) + 1e-6)
+        out = torch.einsum("bnhd,bhde,bnh->bnhe", q, kv, z)
+        kvc = torch.cumsum(torch.einsum("bnhd,bnhe->bnhde", k, v), 1)
+        zc = 1 / (torch.einsum("bnhd,bnhd->bnh", q, torch.cumsum(k, 1)) + 1e-6)
+        outc = torch.einsum("bnhd,bnhde,bnh->bnhe", q, kvc, zc)
+        return x + self.o((out + outc).reshape(b, n, c))
+
+
+def lin_attn():
+    """Two linear-attention blocks on embeddings: ``--input-shape 256,128``."""
+    return nn.Sequential(LinearAttention(), LinearAttention())
+
+
+# ---- CenterNet-style decoding: max-pool NMS, top-k over flattened maps, floor division of indices --
+class CenterNet(nn.Module):
+    def __init__(self, classes=10, k=50):
+        super().__init__()
+        self.k = k
+        self.body = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(),
+                                  nn.Conv2d(64, 64, 3, 1, 1), nn.ReLU())
+        self.hm, self.wh, self.off = nn.Conv2d(64, classes, 1), nn.Conv2d(64, 2, 1), nn.Conv2d(64, 2, 1)
+
+    def forward(self, x):
+        f = self.body(x)
+        heat = torch.sigmoid(self.hm(f))
+        heat = heat * (F.max_pool2d(heat, 3, 1, 1) == heat).float()
+        b, _, h, w = heat.shape
+        scores, inds = torch.topk(heat.view(b, -1), self.k)
+        cls = torch.div(inds, h * w, rounding_mode="floor")
+        pix = inds % (h * w)
+        ys, xs = torch.div(pix, w, rounding_mode="floor").float(), (pix % w).float()
+        idx = pix.unsqueeze(1).expand(b, 2, self.k)
+        wh, off = self.wh(f).view(b, 2, -1).gather(2, idx), self.off(f).view(b, 2, -1).gather(2, idx)
+        cx, cy = xs + off[:, 0], ys + off[:, 1]
+        boxes = torch.stack([cx - wh[:, 0] / 2, cy - wh[:, 1] / 2, cx + wh[:, 0] / 2, cy + wh[:, 1] / 2], -1)
+        return boxes, scores, cls
+
+
+def centernet():
+    """Boxes, scores and integer classes of the top 50 peaks: ``--input-shape 3,128,128``."""
+    return CenterNet()
+
+
+# ---- spatial transformer: affine_grid of the input's own size (an input in a dynamic export) ------
+class STN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.loc = nn.Sequential(nn.Conv2d(1, 8, 7), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(8, 10, 5), nn.MaxPool2d(2),
+                                 nn.ReLU())
+        self.fc = nn.Sequential(nn.Linear(90, 32), nn.ReLU(), nn.Linear(32, 6))
+        self.cls = nn.Sequential(nn.Conv2d(1, 10, 5), nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(10, 20, 5), nn.MaxPool2d(2),
+                                 nn.ReLU(), nn.Flatten(), nn.Linear(320, 10))
+
+    def forward(self, x):
+        theta = self.fc(self.loc(x).view(-1, 90)).view(-1, 2, 3) * 0.1 + torch.tensor([[1.0, 0, 0], [0, 1.0, 0]])
+        grid = F.affine_grid(theta, x.size(), align_corners=False)
+        return F.log_softmax(self.cls(F.grid_sample(x, grid, align_corners=False)), 1)
+
+
+def stn():
+    """MNIST-sized digits: ``--input-shape 1,28,28``."""
+    return STN()
