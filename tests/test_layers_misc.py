@@ -245,6 +245,27 @@ def test_f_pad(backend, tmp_path, mode, pad, value):
     run_one_op(backend, tmp_path, "F.pad", [x], t2n(e), params=params, keys=["input"])
 
 
+class PadToSkip(nn.Module):
+    """A U-Net pads its upsampled map to the skip connection's size (crop when negative)."""
+
+    def forward(self, u, skip):
+        w0 = u.shape[3]
+        u = F.pad(u, (0, skip.shape[3] - w0, 1, skip.shape[2] - u.shape[2] - 1))
+        return torch.cat([u, skip], 1), F.pad(skip, (w0 % 3, 1, 0, w0 % 2), mode="reflect")
+
+
+def test_pad_amounts_from_an_input(model_backend, tmp_path):
+    """With dynamic shapes pnnx passes the amounts as an input (``$pad=`` from a list
+    expression); each call pads by what that call's shapes give."""
+    def pair(n, h, w, dh, dw):
+        return torch.randn(n, 2, h, w), torch.randn(n, 3, h + dh, w + dw)
+
+    param = export_module(PadToSkip(), pair(1, 4, 5, 2, 1), tmp_path, inputs2=pair(2, 6, 7, 3, 2))
+    assert "$pad=" in param.read_text(), "pnnx no longer passes F.pad's amounts as an input"
+    for ins in (pair(2, 6, 7, 3, 2), pair(3, 5, 7, 1, 0), pair(1, 6, 4, 2, -1)):
+        compare_graph(param, model_backend, PadToSkip(), ins)
+
+
 def test_pad_int_and_3d(backend, tmp_path):
     x = np.arange(24, dtype=np.int64).reshape(2, 3, 4)
     e = F.pad(torch.from_numpy(x), (1, 1, 1, 0, 0, 1), value=-7)

@@ -84,6 +84,28 @@ def test_interpolate_2d(backend, tmp_path, mode, ac, size, scale, recompute):
     run_one_op(backend, tmp_path, "F.interpolate", [x], t2n(e), params=" ".join(params), keys=["input"])
 
 
+@pytest.mark.parametrize("mode,ac,size,scale", [
+    ("bilinear", False, None, 1.5), ("bilinear", True, (9, 4), None), ("bicubic", False, None, 1.3),
+    ("bicubic", True, (3, 13), None), ("nearest", None, None, (1.7, 0.6)), ("bilinear", False, (11, 13), None),
+])
+def test_interpolate_float64_computes_coordinates_in_double(backend, tmp_path, mode, ac, size, scale):
+    """torch computes a float64 tensor's source coordinates and weights in double (its kernels'
+    opmath type), a float32 one's in float: the float64 results agree to ~1e-15, not 1e-8."""
+    x = _x(2, 3, 5, 7).astype(np.float64) * 3
+    kw, params = {"mode": mode}, [f"mode={mode}"]
+    if ac is not None:
+        kw["align_corners"] = ac
+        params.append(f"align_corners={ac}")
+    if size is not None:
+        kw["size"] = size
+        params.append(f"size={_fmt(size)}")
+    else:
+        kw["scale_factor"] = scale
+        params.append(f"scale_factor={_fmt(scale if isinstance(scale, tuple) else (scale, scale))}")
+    e = F.interpolate(torch.from_numpy(x), **kw)
+    run_one_op(backend, tmp_path, "F.interpolate", [x], t2n(e), params=" ".join(params), keys=["input"], rtol=1e-13)
+
+
 @pytest.mark.parametrize("mode,ac,scale", [("linear", False, 2.5), ("linear", True, 0.7), ("nearest", None, 3.0),
                                            ("trilinear", False, 1.5), ("trilinear", True, 2.0),
                                            ("nearest", None, 0.5)])

@@ -710,16 +710,23 @@ class Pad(Layer):
     pads by concatenation; reflect/replicate/circular gather with an index per axis, built once
     per input size (cached, thread-safe)."""
 
-    def __init__(self, ctx: BuildContext, pads: tuple[int, ...], mode: str, value: float, where: str):
+    def __init__(self, ctx: BuildContext, pads: tuple[int, ...] | None, mode: str, value: float, where: str):
         super().__init__(ctx)
-        self.pairs = [(pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)]
+        # pads None: they arrive as the second input (a U-Net padding its upsampled map to the
+        # skip's size: ``$pad=`` from ``pnnx.Expression [0,sub(size(@0,3),size(@1,3)),...]``)
+        self.pairs = None if pads is None else self._pairs(pads)
         self.mode, self.value, self.where = mode, value, where
         self._index: dict[tuple[int, int, int], Any] = {}
+
+    @staticmethod
+    def _pairs(pads: Sequence[int]) -> list[tuple[int, int]]:
+        return [(pads[2 * i], pads[2 * i + 1]) for i in range(len(pads) // 2)]
 
     @classmethod
     def from_operator(cls, op, ctx):
         if op.type == "F.pad":
-            pads = op.param("pad", (int,))
+            dynamic = not op.has_param("pad") and len(op.inputs) == 2
+            pads = None if dynamic else op.param("pad", (int,))
             mode = op.param("mode", str, default="constant")
             value = op.param("value", default=None)
         else:
@@ -730,7 +737,7 @@ class Pad(Layer):
                 pads = pads * (2 * int(op.type[-2]))
             if mode == "zero":
                 mode = "constant"
-        if len(pads) % 2:
+        if pads is not None and len(pads) % 2:
             raise LayerParameterError(f"{op.where}: pad should hold (left, right) pairs, found {pads}")
         if mode not in ("constant", "reflect", "replicate", "circular"):
             raise LayerParameterError(f"{op.where}: unsupported pad mode {mode!r}; "
@@ -755,11 +762,19 @@ class Pad(Layer):
             self._index[key] = idx
         return idx
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, pad: Any = None) -> Any:
         xp = self.xp
-        if len(self.pairs) > x.ndim:
-            raise ShapeError(f"{self.where}: {len(self.pairs)} pad pairs for a {x.ndim}-D input")
-        for k, (left, right) in enumerate(self.pairs):
+        pairs = self.pairs
+        if pairs is None:
+            from .shape import runtime_ints
+
+            pads = runtime_ints(pad, self.where, "pad")
+            if len(pads) % 2:
+                raise ShapeError(f"{self.where}: pad should hold (left, right) pairs, found {list(pads)}")
+            pairs = self._pairs(pads)
+        if len(pairs) > x.ndim:
+            raise ShapeError(f"{self.where}: {len(pairs)} pad pairs for a {x.ndim}-D input")
+        for k, (left, right) in enumerate(pairs):
             if left == 0 and right == 0:
                 continue
             axis = x.ndim - 1 - k

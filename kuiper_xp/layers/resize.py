@@ -64,53 +64,61 @@ def _cubic_weights(t: float) -> tuple[float, float, float, float]:
     return cc2(t + 1.0), cc1(t), cc1(1.0 - t), cc2(2.0 - t)
 
 
-def _coord_scale(n_in: int, n_out: int, align_corners: bool, scale: float | None) -> float:
-    """torch's ``area_pixel_compute_scale<float>``."""
+def _f64(v: float) -> float:
+    return v
+
+
+def _coord_scale(n_in: int, n_out: int, align_corners: bool, scale: float | None, rnd=_f32) -> float:
+    """torch's ``area_pixel_compute_scale<opmath_t>`` (``rnd``: float32 rounding for float
+    tensors, none for double ones)."""
     if align_corners:
-        return _f32(float(n_in - 1) / (n_out - 1)) if n_out > 1 else 0.0
+        return rnd(float(n_in - 1) / (n_out - 1)) if n_out > 1 else 0.0
     if scale is not None and scale > 0:
-        return _f32(1.0 / scale)
-    return _f32(float(n_in) / n_out)
+        return rnd(1.0 / scale)
+    return rnd(float(n_in) / n_out)
 
 
-def _source_index(scale: float, dst: int, align_corners: bool, cubic: bool) -> float:
-    """torch's ``area_pixel_compute_source_index<float>``."""
+def _source_index(scale: float, dst: int, align_corners: bool, cubic: bool, rnd=_f32) -> float:
+    """torch's ``area_pixel_compute_source_index<opmath_t>``."""
     if align_corners:
-        return _f32(scale * dst)
-    src = _f32(_f32(scale * _f32(dst + 0.5)) - 0.5)
+        return rnd(scale * dst)
+    src = rnd(rnd(scale * rnd(dst + 0.5)) - 0.5)
     return 0.0 if (not cubic and src < 0) else src
 
 
 def axis_taps(mode: str, n_in: int, n_out: int, align_corners: bool,
-              scale: float | None) -> list[tuple[list[int], list[float] | None]] | None:
+              scale: float | None, double: bool = False) -> list[tuple[list[int], list[float] | None]] | None:
     """Index and weight lists for one axis: ``[(idx, w), ...]`` (one entry per tap, each of
-    length ``n_out``; ``w`` None for nearest), or None when the axis is left unchanged."""
+    length ``n_out``; ``w`` None for nearest), or None when the axis is left unchanged.
+    ``double``: the coordinates in double precision, as torch computes them for float64
+    tensors (its kernels' ``opmath_t``); else in float32."""
     taps: list[tuple[list[int], list[float] | None]]
+    rnd = _f64 if double else _f32
     if mode in ("nearest", "nearest-exact"):
-        s = _coord_scale(n_in, n_out, False, scale)
+        s = _coord_scale(n_in, n_out, False, scale, rnd)
         if mode == "nearest":
-            idx = [min(math.floor(_f32(float(d) * s)), n_in - 1) for d in range(n_out)]
+            idx = [min(math.floor(rnd(float(d) * s)), n_in - 1) for d in range(n_out)]
         else:
-            idx = [min(math.floor(_f32(_f32(d + 0.5) * s)), n_in - 1) for d in range(n_out)]
+            idx = [min(math.floor(rnd(rnd(d + 0.5) * s)), n_in - 1) for d in range(n_out)]
         if n_in == n_out and idx == list(range(n_out)):
             return None
         return [(idx, None)]
     if mode in ("linear", "bilinear", "trilinear", "bicubic"):
         cubic = mode == "bicubic"
-        s = _coord_scale(n_in, n_out, align_corners, scale)
+        s = _coord_scale(n_in, n_out, align_corners, scale, rnd)
         n_taps = 4 if cubic else 2
         idx_t: list[list[int]] = [[] for _ in range(n_taps)]
         w_t: list[list[float]] = [[] for _ in range(n_taps)]
         identity = n_in == n_out
         for d in range(n_out):
-            real = _source_index(s, d, align_corners, cubic)
+            real = _source_index(s, d, align_corners, cubic, rnd)
             i0 = min(math.floor(real), n_in - 1)
-            lam = min(max(_f32(real - i0), 0.0), 1.0)
+            lam = min(max(rnd(real - i0), 0.0), 1.0)
             if cubic:
                 ws = _cubic_weights(lam)
                 ids = [min(max(i0 - 1 + j, 0), n_in - 1) for j in range(4)]
             else:
-                ws = (_f32(1.0 - lam), lam)
+                ws = (rnd(1.0 - lam), lam)
                 ids = [i0, i0 + (1 if i0 < n_in - 1 else 0)]
             for j in range(n_taps):
                 idx_t[j].append(ids[j])
@@ -204,7 +212,7 @@ class Interpolate(Layer):
         xp, dev = self.xp, self.device
         axes = []
         for n_in, n_out, s in zip(in_sizes, out_sizes, scales):
-            taps = axis_taps(self.mode, n_in, n_out, self.align_corners, s)
+            taps = axis_taps(self.mode, n_in, n_out, self.align_corners, s, double=dtype == xp.float64)
             if taps is None:
                 axes.append(None)
                 continue
