@@ -3528,14 +3528,16 @@ class FusedExpression:
     def __call__(self, inputs: Any) -> Any:
         dt = None
         arrs = {}
+        big = False
         for i in self.used:
             a = inputs[i]
             if type(a) is not np.ndarray or (dt is not None and a.dtype != dt):
                 return None
             dt = a.dtype
             arrs[i] = a
-        if dt not in (np.float32, np.float64):
-            return None
+            big = big or a.size * 16 >= FUSE_MIN_ELEMENTS
+        if not big or dt not in (np.float32, np.float64):
+            return None  # (small inputs: declined before any shape work, ~1 us)
         steps = self.steps
         shapes: list = []
         try:
@@ -3594,6 +3596,17 @@ class FusedExpression:
                               out=dst if dest < 0 else tmps[dest])
         _parallel(part, n_chunks, size * (len(prog) + 1))
         return out
+
+
+def fuse_expression_declines(shape: Any) -> bool:
+    """Whether an expression whose output the file declares of ``shape`` (None for an unknown
+    dim) is too small for :class:`FusedExpression` at any batch worth fusing: known dims (the
+    batch taken as 8) under FUSE_MIN_ELEMENTS elements. The layer then keeps the evaluator
+    without the fused path's per-call check (a chain of tiny expressions: 3.5 us a step)."""
+    if shape is None or any(d is None for d in tuple(shape)[1:]):
+        return False
+    dims = tuple(shape)
+    return 8 * math.prod(d for d in dims if d is not None) < FUSE_MIN_ELEMENTS if dims else True
 
 
 def fuse_expression(tree: Any) -> FusedExpression | None:

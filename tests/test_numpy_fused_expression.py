@@ -131,3 +131,13 @@ def test_not_fused_outside_the_table_or_a_plain_residual_add():
     for expr in ("fmod(@0,2.0)", "floor_divide(@0,@1)", "size(@0,1)", "add(@0,@1)", "pow(@0,2)", "erf(@0)"):
         layer = make_layer(get_backend("numpy"), "pnnx.Expression", f"expr={expr}", n_in=2 if "@1" in expr else 1)
         assert layer._fused is None, expr
+
+
+@pytest.mark.parametrize("shape,fused", [
+    ("(1,8)", False), ("(?,64)", False),  # declared small: the evaluator alone, no per-call check
+    ("(?,197,768)", True), ("(?,32,?,?)", True), ("(64,1024)", True),  # big, or sizes unknown
+])
+def test_declared_small_outputs_skip_the_fused_path(shape, fused):
+    layer = make_layer(get_backend("numpy"), "pnnx.Expression", "expr=mul(add(@0,1.5),2.0)",
+                       annotations=f"#i0={shape}f32 #o0={shape}f32")
+    assert (layer._fused is not None) == fused, shape

@@ -96,7 +96,7 @@ class Expression(Layer):
     array of the annotated dtype, so that the runtime's shape check holds.
     """
 
-    def __init__(self, ctx: BuildContext, program: Program, scalar_dtype: Any = None):
+    def __init__(self, ctx: BuildContext, program: Program, scalar_dtype: Any = None, out_shape: Any = None):
         super().__init__(ctx)
         self.program = program
         self.expr = program.text
@@ -106,6 +106,9 @@ class Expression(Layer):
             self.forward = self._forward_array  # type: ignore[method-assign]
         # the whole tree as one fused kernel where the backend compiles one (cupy)
         fuse = getattr(ctx.fast, "fuse_expression", None)
+        declines = getattr(ctx.fast, "fuse_expression_declines", None)
+        if declines is not None and declines(out_shape):  # (declared too small to fuse)
+            fuse = None
         self._fused = fuse(program.tree) if fuse is not None and program.mode == "closure" else None
         if self._fused is not None:
             self.forward = self._forward_fused  # type: ignore[method-assign]
@@ -140,7 +143,8 @@ class Expression(Layer):
         if op.outputs and op.outputs[0].shape is not None and op.outputs[0].dtype is not None:
             name = op.outputs[0].array_dtype
             scalar_dtype = getattr(ctx.xp, name, None) if name else None
-        return cls(ctx, program, scalar_dtype)
+        out_shape = op.outputs[0].shape if op.outputs else None
+        return cls(ctx, program, scalar_dtype, out_shape)
 
     def forward(self, *inputs: Any) -> Any:
         return self._fn(inputs)
