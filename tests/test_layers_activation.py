@@ -430,10 +430,15 @@ def _fast_numpy():
     return get_backend("numpy").fast
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+@pytest.fixture(params=[1, 2, 0], ids=["1thread", "2threads", "tiny"])
 def small_chunks(request, monkeypatch):
-    """Chunks smaller than the arrays (a short last chunk included), on one and two threads."""
+    """Chunks smaller than the arrays (a short last chunk included), on one and two threads;
+    "tiny": the arrays under TINY_ELEMENTS, computed whole on a fresh array without chunks."""
     nf = _fast_numpy()
+    if request.param == 0:
+        monkeypatch.setattr(nf, "TINY_ELEMENTS", 1 << 20)
+        yield nf
+        return
     monkeypatch.setattr(nf, "UNARY_CHUNK", 64)
     monkeypatch.setattr(nf, "TINY_ELEMENTS", 0)  # (else these small arrays skip the chunks)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 1)
