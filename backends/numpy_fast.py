@@ -3304,9 +3304,11 @@ def pack_linear(weight) -> np.ndarray:
     return out
 
 
-#: rows of the weight transposed at a time by :func:`pack_linear` (3072x768 float32: 6.1 ms as
-#: one copy, 2.6 in blocks of 128 rows, 2.9 of 64, 3.5 of 32)
-PACK_ROWS = 128
+#: rows of the weight transposed at a time by :func:`pack_linear` (3072x768 float32 on 2 AMD EPYC
+#: cores: 6.1 ms as one copy, 2.6 in blocks of 128 rows, 2.9 of 64, 3.5 of 32; on 2 AVX-512 Xeon
+#: cores 1.80 ms at 64 rows, 2.86 at 128, 1.93 at 48, and 64 best for 2304x768 and 768x768 too:
+#: ViT-B/32's 49 packs 211 -> ~130 ms of its load)
+PACK_ROWS = 64
 
 
 def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
