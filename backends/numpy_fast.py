@@ -40,6 +40,7 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -557,6 +558,34 @@ def _threads_now() -> int:
     return _explicit_threads if _explicit_threads is not None else 1
 
 
+#: the hand-off time GEMM_SPLIT_MIN_MACS was tuned for: a job's round trip to a worker on the
+#: EPYC VM
+HANDOFF_REF_US = 20.0
+#: GEMM_SPLIT_MIN_MACS's multiplier on this machine: its measured round trip over
+#: HANDOFF_REF_US (1 to 8), set when the team is made
+_gemm_split_scale = 1.0
+
+
+def _noop(lo: int, hi: int) -> None:
+    pass
+
+
+def _calibrate_handoff(worker) -> None:
+    """Set :data:`_gemm_split_scale` from the median round trip of an empty job to ``worker``.
+    A halted vCPU of the AVX-512 Xeon VM takes ~70-90 us to wake (the EPYC VM's ~20): there a
+    64x256x256 product took 148 us split over two threads against 77 on one, and products of
+    up to ~16 M multiply-adds gained nothing from the split (the elementwise thresholds are
+    left alone: raised alike, ResNet-18 at batch 8 took 206-222 ms instead of 187)."""
+    global _gemm_split_scale
+    times = []
+    for _ in range(11):
+        t0 = time.perf_counter()
+        worker.start(_noop, 0, 1)
+        worker.finish()
+        times.append((time.perf_counter() - t0) * 1e6)
+    _gemm_split_scale = min(8.0, max(1.0, sorted(times)[len(times) // 2] / HANDOFF_REF_US))
+
+
 def _parallel(fn, n: int, work: int) -> None:
     """Call ``fn(lo, hi)`` over ``[0, n)`` split into up to ``_threads_now()`` chunks (the caller
     runs the first); ``work`` (elements touched) below PARALLEL_MIN_ELEMENTS, or a call made
@@ -566,6 +595,9 @@ def _parallel(fn, n: int, work: int) -> None:
         fn(0, n)
         return
     try:
+        if not _team:
+            _team.append(_Worker(1))
+            _calibrate_handoff(_team[0])
         while len(_team) < k - 1:
             _team.append(_Worker(len(_team) + 1))
         if PLACE_TEAM and _HAS_AFFINITY and getattr(_tls, "depth", 0):  # inside this thread's scope
@@ -604,7 +636,7 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     k = _threads_now() if _gemm_split else 1
     m, nn = out.shape[-2], out.shape[-1]
     macs = out.size * a.shape[-1]
-    if k <= 1 or macs < GEMM_SPLIT_MIN_MACS:
+    if k <= 1 or macs < GEMM_SPLIT_MIN_MACS * _gemm_split_scale:
         # (outside a compute scope numpy's BLAS keeps its threads: MKL, sequential, would not)
         return _mm(a, b, out) if _scope_depth else np.matmul(a, b, out=out)
     min_rows = max(1, GEMM_SPLIT_MIN_COLUMNS // 4)
@@ -758,6 +790,17 @@ def _out(shape, dtype) -> np.ndarray:
         _tls.dest = None
         return dest
     return _pooled(shape, dtype)
+
+
+def _small_out(x: np.ndarray) -> np.ndarray:
+    """A fresh array like the small C-contiguous ``x`` (under TINY_ELEMENTS: below any pooled
+    buffer's size), or the destination :func:`set_destination` named for it (a concatenation's
+    slot); :func:`_out` without its pool lookup."""
+    dest = getattr(_tls, "dest", None)
+    if dest is not None and dest.shape == x.shape and dest.dtype == x.dtype:
+        _tls.dest = None
+        return dest
+    return np.empty_like(x)
 
 
 def _pooled(shape, dtype) -> np.ndarray:
@@ -1122,9 +1165,9 @@ def unary(name: str, x: np.ndarray) -> np.ndarray:
     if x.ndim == 0:
         return unary(name, x.reshape(1)).reshape(())
     if x.size <= TINY_ELEMENTS and x.flags.c_contiguous and (_numba is None or x.dtype != np.float32):
-        # (an SE block's gate, a chain of tiny ops: the kernel straight on a fresh array, ~2 us
-        # instead of ~8 through the pool and chunk machinery; below the pool's smallest buffer)
-        out = np.empty_like(x)
+        # (an SE block's gate, a chain of tiny ops: the kernel straight on a fresh array, ~3 us
+        # instead of ~8 through the chunk machinery; a concatenation's slot when one is set)
+        out = _small_out(x)
         tmps = [np.empty(x.size, x.dtype) for _ in range(_N_TEMPS[name])]
         with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
             _KERNELS[name](x.reshape(-1), out.reshape(-1), tmps.__getitem__)
@@ -1164,7 +1207,7 @@ def clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray | Non
     if x.dtype not in (np.float32, np.float64) or x.ndim == 0:
         return None
     if x.size <= TINY_ELEMENTS and x.flags.c_contiguous:  # (as in unary)
-        out = np.empty_like(x)
+        out = _small_out(x)
         _clamp_into(x, lo, hi, out)
         return out
     return _fresh_like(x, lambda src, dst: _clamp_flat(src, dst, lo, hi))
@@ -3101,7 +3144,7 @@ def softmax_last(x: np.ndarray) -> np.ndarray | None:
     rows = x.size // n
     src = x.reshape(rows, n)
     if x.size <= TINY_ELEMENTS and (_numba is None or dt != np.float32):  # one block, this thread
-        y = np.empty_like(x)
+        y = _small_out(x)
         with np.errstate(invalid="ignore", over="ignore", under="ignore", divide="ignore"):
             _softmax_rows(src, y.reshape(rows, n), np.ones((n, 1), dt))
         return y

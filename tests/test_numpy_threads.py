@@ -253,3 +253,42 @@ def test_fast_matmul_matches_numpy(threads3, a_shape, b_shape, transpose_b):
     with pytest.raises(ValueError):
         with nf.compute_scope():
             nf.matmul(a, b[..., :-1, :])
+
+
+@pytest.mark.parametrize("delay_us, low, high", [(0, 1.0, 1.0), (200, 8.0, 8.0), (60, 2.0, 8.0)])
+def test_gemm_split_threshold_follows_the_measured_hand_off(monkeypatch, delay_us, low, high):
+    """The round trip of an empty job to a worker, over the 20 us the GEMM threshold was tuned
+    at, scales that threshold (1 to 8): a machine whose idle cores wake slowly splits only
+    products big enough to pay for it."""
+    import time
+
+    class FakeWorker:
+        def start(self, fn, lo, hi):
+            fn(lo, hi)
+
+        def finish(self):
+            end = time.perf_counter() + delay_us * 1e-6
+            while time.perf_counter() < end:
+                pass
+
+    monkeypatch.setattr(nf, "_gemm_split_scale", nf._gemm_split_scale)
+    nf._calibrate_handoff(FakeWorker())
+    assert low <= nf._gemm_split_scale <= high, nf._gemm_split_scale
+
+
+def test_a_product_under_the_scaled_threshold_is_not_split(monkeypatch):
+    seen = _pieces_seen(monkeypatch)
+    monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 100_000)
+    old = nf.set_num_threads(2)
+    try:
+        a, b = np.ones((37, 50), np.float32), np.ones((50, 301), np.float32)  # 556,850 MACs
+        for scale, pieces in ((8.0, 1), (1.0, 2)):  # 800,000 > 556,850 >= 100,000
+            monkeypatch.setattr(nf, "_gemm_split_scale", scale)
+            seen.clear()
+            with nf.compute_scope():
+                if not nf._gemm_split:
+                    pytest.skip("numpy's BLAS is not OpenBLAS here: GEMMs are not split")
+                out = nf._gemm(a, b, np.empty((37, 301), np.float32))
+            assert len(seen) == pieces and float(out[5, 7]) == 50.0, (scale, seen)
+    finally:
+        nf.set_num_threads(old)
