@@ -115,7 +115,9 @@ def test_group_norm(backend, tmp_path, shape, groups, affine):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape,groups", [((3, 6, 7, 9), 3), ((2, 5, 11), 1), ((2, 4, 3, 5), 4), ((1, 8, 40), 2)])
 def test_numpy_fast_group_norm_chunks_threads_activation(monkeypatch, dtype, shape, groups):
-    """The numpy fast path: groups split into chunks (the last one short) over 3 threads, a
+    """The numpy fast path, both forms: blocks of whole groups ((3, 6, 7, 9) in 3, (2, 4, 3, 5) in
+    4), and groups larger than a block with fewer groups than 2 per thread split into chunks
+    (the last one short; (2, 5, 11) in 1, (1, 8, 40) in 2), over 3 threads; a
     large mean against a small spread (a one-pass E[x^2] - mean^2 would lose it in float32),
     the affine folded in, fused activations; against torch in float64. Arguments it does not
     take give None, for the generic path."""
