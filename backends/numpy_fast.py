@@ -3048,8 +3048,9 @@ def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 
     channel ``* (w * rstd) + b`` and ``activation`` (a spec of :func:`activation_inplace`) on the
     block. Three passes over the block instead of six: (8, 64, 32, 32) in 32 groups 0.95 ->
     0.68 ms on the AVX-512 Xeon VM (torch 0.20: numpy's broadcast multiplies by a per-row
-    column run at about half the speed of a same-shape multiply there). None when the arguments do not fit (the generic
-    path then runs)."""
+    column run at about half the speed of a same-shape multiply there). Groups larger than a
+    block, fewer than two per thread, go to :func:`_group_norm_chunked`. None when the
+    arguments do not fit (the generic path then runs)."""
     if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim < 2
             or not x.flags.c_contiguous or x.size == 0 or groups <= 0 or x.shape[1] % groups):
         return None
