@@ -2963,21 +2963,30 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
         for r0 in range(c0 * step, min(rows, c1 * step), step):
             r1 = min(rows, r0 + step)
             xs, ys = src[r0:r1], dst[r0:r1]
-            mean = xs @ ones  # row sums as a product: 2.5x faster than add.reduce on 768-long rows
-            mean /= d
-            np.subtract(xs, mean, out=ys)
-            var = _row_dots(ys)
-            var /= d
-            var += eps
-            np.sqrt(var, out=var)
-            np.reciprocal(var, out=var)
-            ys *= var  # times 1/std, as torch does
+            ys *= _centre_rows(xs, ys, ones, eps)  # times 1/std, as torch does
             if w is not None:
                 ys *= w
             if b is not None:
                 ys += b
     _parallel(part, -(-rows // step), x.size * 4)
     return y
+
+
+def _centre_rows(xs: np.ndarray, ys: np.ndarray, ones: np.ndarray, eps: float) -> np.ndarray:
+    """``ys = xs - mean`` per row of the 2-D block ``xs``; returns the rows' ``1 / sqrt(var +
+    eps)`` as a ``(rows, 1)`` column (the two-pass variance of the centred values). ``ones`` is
+    an ``(n, 1)`` column: the row sums as a product, 2.5x faster than add.reduce on 768-long
+    rows."""
+    n = xs.shape[1]
+    mean = xs @ ones
+    mean /= n
+    np.subtract(xs, mean, out=ys)
+    rstd = _row_dots(ys)
+    rstd /= n
+    rstd += eps
+    np.sqrt(rstd, out=rstd)
+    np.reciprocal(rstd, out=rstd)
+    return rstd
 
 
 def _row_dots(a: np.ndarray) -> np.ndarray:
@@ -3077,14 +3086,7 @@ def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 
 
     def block(r0: int, r1: int) -> None:
         xs, ys = flat[r0:r1], yflat[r0:r1]
-        mean = xs @ ones
-        mean /= per_group
-        np.subtract(xs, mean, out=ys)
-        rstd = _row_dots(ys)
-        rstd /= per_group
-        rstd += e
-        np.sqrt(rstd, out=rstd)
-        np.reciprocal(rstd, out=rstd)
+        rstd = _centre_rows(xs, ys, ones, e)
         yc = ys.reshape((r1 - r0) * per, rest)  # (channel rows of these groups)
         scale = np.repeat(rstd, per, axis=0) if per > 1 else rstd
         if w_rows is not None:

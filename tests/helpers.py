@@ -224,3 +224,21 @@ def Fn(fn):  # noqa: N802  (used like the class it makes)
 
         _FN_CLASS = FnModule
     return _FN_CLASS(fn)
+
+
+#: values each input of :func:`special_inputs` starts with: NaN, +-inf, signed zeros, a
+#: denormal, ordinary values and exp's overflow range
+SPECIAL_VALUES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.0, 2.5, 80.0, -80.0], np.float32)
+
+
+def special_inputs(n, shapes, dtype, seed=0):
+    """``n`` arrays of N(0, 9) values of ``dtype``, shaped ``shapes`` in turn, each starting with
+    as many of :data:`SPECIAL_VALUES` as it holds (elementwise kernels against torch)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        x = (rng.standard_normal(shapes[k % len(shapes)]) * 3).astype(dtype)
+        flat = x.reshape(-1)
+        flat[: min(flat.size, SPECIAL_VALUES.size)] = SPECIAL_VALUES[: flat.size].astype(dtype)
+        out.append(x)
+    return out

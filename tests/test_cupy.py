@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 from conftest import assert_close
-from helpers import export_torch, make_layer, torch_outputs
+from helpers import export_torch, make_layer, special_inputs, torch_outputs
 from kuiper_xp.backends import get_backend, list_backends
 
 import kuiper_xp
@@ -26,7 +26,6 @@ def cp_backend():
     return get_backend("cupy")
 
 
-SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.0, 2.5, 80.0, -80.0], np.float32)
 
 # (expression, torch function of the inputs); every one is fused on cupy
 FUSED = [
@@ -46,17 +45,6 @@ FUSED = [
 ]
 
 
-def _inputs(n, shapes, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(n):
-        x = (rng.standard_normal(shapes[k % len(shapes)]) * 3).astype(dtype)
-        flat = x.reshape(-1)
-        flat[: min(flat.size, SPECIAL.size)] = SPECIAL[: flat.size].astype(dtype)
-        out.append(x)
-    return out
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("expr,fn", FUSED, ids=[e for e, _ in FUSED])
 def test_fused_expression_matches_torch_and_the_generic_path(cp_backend, expr, fn, dtype):
@@ -66,7 +54,7 @@ def test_fused_expression_matches_torch_and_the_generic_path(cp_backend, expr, f
     layer = make_layer(cp_backend, "pnnx.Expression", f"expr={expr}", n_in=n)
     assert layer._fused is not None, f"{expr} was not fused"
     shapes = [(2, 3, 4, 5), (1, 3, 1, 1), (2, 3, 4, 5)]
-    host = _inputs(n, shapes, dtype)
+    host = special_inputs(n, shapes, dtype)
     got = layer(*[cp_backend.asarray(h) for h in host])
     with torch.no_grad():
         want = fn(*[torch.from_numpy(h) for h in host]).numpy()

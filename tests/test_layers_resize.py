@@ -62,9 +62,8 @@ GRID = [
 ]
 
 
-@pytest.mark.parametrize("mode,ac,size,scale,recompute", GRID)
-def test_interpolate_2d(backend, tmp_path, mode, ac, size, scale, recompute):
-    x = _x(2, 3, 5, 7)
+def _interp_args(mode, ac, size, scale, recompute=None):
+    """F.interpolate's keyword arguments for a 2-D case, and the same as pnnx parameters."""
     kw = {"mode": mode}
     params = [f"mode={mode}"]
     if ac is not None:
@@ -80,8 +79,15 @@ def test_interpolate_2d(backend, tmp_path, mode, ac, size, scale, recompute):
     if recompute is not None:
         kw["recompute_scale_factor"] = recompute
         params.append(f"recompute_scale_factor={recompute}")
+    return kw, " ".join(params)
+
+
+@pytest.mark.parametrize("mode,ac,size,scale,recompute", GRID)
+def test_interpolate_2d(backend, tmp_path, mode, ac, size, scale, recompute):
+    x = _x(2, 3, 5, 7)
+    kw, params = _interp_args(mode, ac, size, scale, recompute)
     e = F.interpolate(torch.from_numpy(x), **kw)
-    run_one_op(backend, tmp_path, "F.interpolate", [x], t2n(e), params=" ".join(params), keys=["input"])
+    run_one_op(backend, tmp_path, "F.interpolate", [x], t2n(e), params=params, keys=["input"])
 
 
 @pytest.mark.parametrize("mode,ac,size,scale", [
@@ -92,18 +98,9 @@ def test_interpolate_float64_computes_coordinates_in_double(backend, tmp_path, m
     """torch computes a float64 tensor's source coordinates and weights in double (its kernels'
     opmath type), a float32 one's in float: the float64 results agree to ~1e-15, not 1e-8."""
     x = _x(2, 3, 5, 7).astype(np.float64) * 3
-    kw, params = {"mode": mode}, [f"mode={mode}"]
-    if ac is not None:
-        kw["align_corners"] = ac
-        params.append(f"align_corners={ac}")
-    if size is not None:
-        kw["size"] = size
-        params.append(f"size={_fmt(size)}")
-    else:
-        kw["scale_factor"] = scale
-        params.append(f"scale_factor={_fmt(scale if isinstance(scale, tuple) else (scale, scale))}")
+    kw, params = _interp_args(mode, ac, size, scale)
     e = F.interpolate(torch.from_numpy(x), **kw)
-    run_one_op(backend, tmp_path, "F.interpolate", [x], t2n(e), params=" ".join(params), keys=["input"], rtol=1e-13)
+    run_one_op(backend, tmp_path, "F.interpolate", [x], t2n(e), params=params, keys=["input"], rtol=1e-13)
 
 
 @pytest.mark.parametrize("mode,ac,scale", [("linear", False, 2.5), ("linear", True, 0.7), ("nearest", None, 3.0),

@@ -11,13 +11,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_close
-from helpers import make_layer
+from helpers import make_layer, special_inputs
 from kuiper_xp.backends import get_backend
 from kuiper_xp.backends import numpy_fast as nf
 
 from kuiper_xp.expression import Program
-
-SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -3.0, 2.5, 80.0, -80.0], np.float32)
 
 # (expression, torch function of the inputs); all fused on numpy
 FUSED = [
@@ -46,13 +44,7 @@ def _n_inputs(expr):
 
 
 def _inputs(n, dtype, seed=0, shapes=SHAPES):
-    rng = np.random.default_rng(seed)
-    out = []
-    for k in range(n):
-        x = (rng.standard_normal(shapes[k % len(shapes)]) * 3).astype(dtype)
-        flat = x.reshape(-1)
-        flat[: min(flat.size, SPECIAL.size)] = SPECIAL[: flat.size].astype(dtype)
-        out.append(x)
+    out = special_inputs(n, shapes, dtype, seed)
     if n > 2:  # one input in another memory layout (same values)
         out[2] = np.asfortranarray(out[2])
     return out
