@@ -13,8 +13,9 @@ pnnx spellings (torch 2.13 exports):
   graph first *uses* them: bool masks first (key_padding_mask, then attn_mask), then query, key,
   value (duplicates dropped: self-attention has one data input, ``(x, y, y)`` two), then float
   masks (attn_mask, then key_padding_mask), except that a float mask held in a registered buffer
-  (a ``pnnx.Attribute``, CLIP's causal mask) comes before the query. pnnx tags the *last* input ``$attn_mask`` whenever any
-  mask was given, which is only right for a float attn_mask; a second output (``need_weights``)
+  (a ``pnnx.Attribute``, CLIP's causal mask) comes before the query. pnnx tags the *last* input
+  ``$attn_mask`` whenever any mask was given, which is only right for a float attn_mask; a
+  second output (``need_weights``)
   adds the attention weights, averaged over heads or not (only visible from their shape).
   So this layer classifies its inputs by dtype and shape instead of trusting positions: bool
   inputs are masks; the query is the first float input shaped like one (3-D, else 2-D, last axis

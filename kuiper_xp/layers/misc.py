@@ -24,6 +24,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
 from .registry import register
+from .shape import runtime_ints
 
 # ---------------------------------------------------------------------------------------------
 # shared helpers
@@ -766,8 +767,6 @@ class Pad(Layer):
         xp = self.xp
         pairs = self.pairs
         if pairs is None:
-            from .shape import runtime_ints
-
             pads = runtime_ints(pad, self.where, "pad")
             if len(pads) % 2:
                 raise ShapeError(f"{self.where}: pad should hold (left, right) pairs, found {list(pads)}")

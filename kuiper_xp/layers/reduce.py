@@ -412,6 +412,7 @@ class CumSum(Layer):
     def __init__(self, ctx: BuildContext, dim: int, dtype: str | None):
         super().__init__(ctx)
         self.dim, self.dtype = dim, dtype
+        self._fast = getattr(ctx.fast, "cumulative", None)  # (numpy: an outer axis slice by slice)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -420,7 +421,7 @@ class CumSum(Layer):
     def forward(self, x: Any) -> Any:
         xp = self.xp
         who = f"{self.op_type} {self.op_name!r}"
-        fast = getattr(self.backend.fast, "cumulative", None)
+        fast = self._fast
         if x.ndim == 0:
             x = xp.reshape(x, (1,))
             d, scalar = 0, True
