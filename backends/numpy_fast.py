@@ -595,13 +595,13 @@ def _parallel(fn, n: int, work: int) -> None:
         fn(0, n)
         return
     try:
-        if not _team:
-            _team.append(_Worker(1))
-            _calibrate_handoff(_team[0])
+        new_team = not _team
         while len(_team) < k - 1:
             _team.append(_Worker(len(_team) + 1))
         if PLACE_TEAM and _HAS_AFFINITY and getattr(_tls, "depth", 0):  # inside this thread's scope
             _place_team(k)
+        if new_team:  # (once the workers are placed, as every later job finds them)
+            _calibrate_handoff(_team[0])
         bounds = [(n * i) // k for i in range(k + 1)]
         for i in range(1, k):
             _team[i - 1].start(fn, bounds[i], bounds[i + 1])
