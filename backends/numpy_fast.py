@@ -2747,9 +2747,13 @@ def attention(q, k, v, scale: float, mask=None):
             views.append(sc)
         if mask is None and scale != 1.0:  # (1: the scale was applied to q already, timm's way)
             sc_all *= scale
-        _softmax_rows(sc_all, sc_all, ones)
+        tot = _exp_rows(sc_all, sc_all, ones)  # normalised after the product: (L, Dv), not (L, S)
+        r = 0
         for (it, h0, h1, r0, r1), sc in zip(gu, views):
-            np.matmul(sc, v[it][h0:h1], out=out[it][h0:h1, r0:r1])
+            o = out[it][h0:h1, r0:r1]
+            np.matmul(sc, v[it][h0:h1], out=o)
+            o /= _view(tot[r: r + sc.shape[0] * sc.shape[1]], sc.shape[:2] + (1,))
+            r += sc.shape[0] * sc.shape[1]
 
     if len(outer) == 1 and hb == H and row_parts == 1:
         # whole heads of several items per block: one stacked product over all of them (Swin's
@@ -2771,8 +2775,10 @@ def attention(q, k, v, scale: float, mask=None):
                     if mask is not None:
                         sc += mask[i0:i1]
                     scores = _view(sc, (m * H * L, S))
-                    _softmax_rows(scores, scores, ones)
-                    np.matmul(sc, v[i0:i1], out=out[i0:i1])
+                    tot = _exp_rows(scores, scores, ones)
+                    o = out[i0:i1]
+                    np.matmul(sc, v[i0:i1], out=o)
+                    o /= _view(tot, (m, H, L, 1))
         _parallel(run_items, blocks, work)
         return out
 
@@ -3242,6 +3248,21 @@ def _softmax_rows(src: np.ndarray, dst: np.ndarray, ones: np.ndarray) -> None:
     tot = _workspace((dst.shape[0], 1), dst.dtype, slot=52)
     np.matmul(dst, ones, out=tot)  # row sums as a product: 3x faster on short rows
     dst /= tot
+
+
+def _exp_rows(src: np.ndarray, dst: np.ndarray, ones: np.ndarray) -> np.ndarray:
+    """:func:`_softmax_rows` without the division: ``dst`` holds each row's exponentials (shifted
+    as there) and the ``(rows, 1)`` row sums are returned, for the caller to divide a smaller
+    product by (attention: the (L, Dv) output instead of the (L, S) scores)."""
+    hi, lo = src.max(), src.min()
+    if -SOFTMAX_NO_SHIFT < lo and hi < SOFTMAX_NO_SHIFT:  # NaN and -inf fail this
+        np.exp(src, out=dst)
+    else:
+        np.subtract(src, np.max(src, axis=-1, keepdims=True), out=dst)
+        np.exp(dst, out=dst)
+    tot = _workspace((dst.shape[0], 1), dst.dtype, slot=53)
+    np.matmul(dst, ones, out=tot)
+    return tot
 
 
 # -- resize ----------------------------------------------------------------------------------------
