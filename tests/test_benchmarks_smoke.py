@@ -138,6 +138,11 @@ def test_input_shapes_with_dtypes():
     specs = parse_inputs("3,8x8;128:int64:30522;16:bool;4:int32")
     assert specs == [((3, 8, 8), "float32", 2), ((128,), "int64", 30522), ((16,), "bool", 2), ((4,), "int32", 2)]
     assert parse_input_shape("3,8x8;5") == [(3, 8, 8), (5,)]
+    # one value per sample (a diffusion timestep): no DIMS before the dtype, or "()"
+    assert parse_inputs("3,32,32;:int64:1000") == [((3, 32, 32), "float32", 2), ((), "int64", 1000)]
+    assert parse_input_shape("()") == [()]
+    t = seeded_input(4, (), "int64", 1000, seed=2)
+    assert t.shape == (4,) and t.dtype == torch.int64
     ids = seeded_input(3, (128,), "int64", 30522, seed=1)
     assert ids.dtype == torch.int64 and ids.shape == (3, 128) and 0 <= int(ids.min()) and int(ids.max()) < 30522
     assert len(set(ids.flatten().tolist())) > 300  # spread over the range
@@ -146,7 +151,7 @@ def test_input_shapes_with_dtypes():
     assert seeded_input(2, (3, 4), "float32", 2, seed=1).dtype == torch.float32
     for bad, needle in (("128:int8", "DTYPE one of"), ("128:float32:5", "HIGH only for integers"),
                         ("128:int64:0", "positive integer"), ("0,3", "positive integers"),
-                        ("128:int64:9:9", "DIMS")):
+                        ("128:int64:9:9", "DIMS"), ("", "positive integers")):
         with pytest.raises(KeyError, match=needle):
             parse_inputs(bad)
 
