@@ -3093,7 +3093,7 @@ def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 
     def block(r0: int, r1: int) -> None:
         xs, ys = flat[r0:r1], yflat[r0:r1]
         rstd = _centre_rows(xs, ys, ones, e)
-        yc = ys.reshape((r1 - r0) * per, rest)  # (channel rows of these groups)
+        yc = _view(ys, ((r1 - r0) * per, rest))  # (channel rows of these groups; never a copy)
         scale = np.repeat(rstd, per, axis=0) if per > 1 else rstd
         if w_rows is not None:
             scale *= w_rows[r0 * per: r1 * per]
