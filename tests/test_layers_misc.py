@@ -297,6 +297,33 @@ def test_topk(backend, tmp_path, k, dim, largest):
                params=f"dim={dim} k={k} largest={largest} sorted=True", keys=["input"])
 
 
+@pytest.mark.parametrize("shape,k,dim,largest,dtype", [
+    ((3, 70, 5), 8, 1, True, np.float32), ((4, 90), 20, -1, False, np.float64), ((2, 64), 16, 1, True, np.int64),
+    ((40, 3), 10, 0, False, np.int32), ((2, 3, 48), 1, 2, True, np.float32), ((2, 300), 75, 1, True, np.float32),
+])
+def test_topk_with_ties_matches_torch_and_the_sort(backend, shape, k, dim, largest, dtype):
+    """Rows long enough for numpy's partition path (short rows, k over a quarter of the row and
+    NaN go to the stable sort), many ties (values on a grid of halves, with -0.0 and 0.0): the
+    values equal torch's, the indices the stable sort's (ties: lower index first), int64."""
+    rng = np.random.default_rng(5)
+    x = (np.round(rng.standard_normal(shape) * 3) / 2).astype(dtype)
+    if dtype in (np.float32, np.float64):
+        x.reshape(-1)[:4] = [0.0, -0.0, -0.0, 0.0]
+    layer = make_layer(backend, f"torch.topk op 1 2 0 1 2 dim={dim} k={k} largest={largest} sorted=True")
+    v, i = (backend.to_numpy(a) for a in layer(backend.asarray(x)))
+    tv, _ = torch.topk(torch.from_numpy(x), k, dim=dim, largest=largest)
+    np.testing.assert_array_equal(v, t2n(tv))
+    assert i.dtype == np.int64
+    order = np.argsort(-x if largest else x, axis=dim, kind="stable")  # (ints: small, no overflow)
+    np.testing.assert_array_equal(i, np.take(order, np.arange(k), axis=dim))
+    xn = x.astype(np.float32)
+    xn.reshape(-1)[5] = np.nan  # (the sort's order: NaN as torch orders it)
+    tv, ti = torch.topk(torch.from_numpy(xn), k, dim=dim, largest=largest)
+    got = [backend.to_numpy(a) for a in make_layer(backend, f"torch.topk op 1 2 0 1 2 dim={dim} k={k} "
+                                                            f"largest={largest} sorted=True")(backend.asarray(xn))]
+    np.testing.assert_array_equal(got[0], t2n(tv))
+
+
 @pytest.mark.parametrize("dim,descending", [(1, False), (-1, True), (0, True)])
 def test_sort_argsort(backend, tmp_path, dim, descending):
     x = randn(3, 4, 5)

@@ -597,6 +597,7 @@ class TopK(Layer):
     def __init__(self, ctx: BuildContext, k: int, dim: int, largest: bool):
         super().__init__(ctx)
         self.k, self.dim, self.largest = k, dim, largest
+        self._fast = getattr(ctx.fast, "topk", None)  # (numpy: a partition, then k sorted)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -615,6 +616,9 @@ class TopK(Layer):
         n = x.shape[axis]
         if self.k > n:
             raise ShapeError(f"topk: k={self.k} is larger than dimension {axis} of size {n}")
+        got = None if self._fast is None else self._fast(x, self.k, axis, self.largest)
+        if got is not None:
+            return got
         idx = xp.argsort(x, axis=axis, descending=self.largest, stable=True)
         sl = tuple(slice(0, self.k) if a == axis else slice(None) for a in range(x.ndim))
         idx = xp.astype(idx[sl], xp.int64)
