@@ -3843,3 +3843,25 @@ def topk(x, k: int, axis: int, largest: bool):
     vals = np.take_along_axis(vals, order, 1)
     return (np.moveaxis(vals.reshape(lead + (k,)), -1, axis),
             np.moveaxis(cols.reshape(lead + (k,)), -1, axis))
+
+
+#: :func:`max_short_last` takes last axes of at most this many elements
+SHORT_AXIS_MAX = 16
+
+
+def max_short_last(x, is_max: bool, keepdims: bool = False):
+    """``np.max`` / ``np.min`` of the numpy array ``x`` over its last axis when that axis is short
+    and there are many rows: a chain of elementwise maximum/minimum over the axis's strided
+    columns (numpy reduces a short inner axis row by row: DGCNN's max over 8 neighbours of
+    (4, 32, 256, 8) took 1.7 ms, the chain 0.2). Maximum and minimum are exact and propagate NaN
+    as the reduction does, so the result is the same. None where it does not apply."""
+    if type(x) is not np.ndarray or x.ndim == 0 or x.dtype.kind not in "fiub":
+        return None
+    n = x.shape[-1]
+    if not 2 <= n <= SHORT_AXIS_MAX or x.size < 1024 * n:
+        return None
+    f = np.maximum if is_max else np.minimum
+    out = f(x[..., 0], x[..., 1])
+    for j in range(2, n):
+        f(out, x[..., j], out=out)
+    return out[..., None] if keepdims else out

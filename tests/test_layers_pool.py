@@ -122,6 +122,15 @@ def test_adaptive_max_pool2d_matches_torch(backend, tmp_path, size):
            [x], [y.numpy(), idx.numpy()])
 
 
+@pytest.mark.parametrize("size", [(3, 4), (1, 1), (12, 2)])
+def test_adaptive_max_pool2d_equal_windows_with_ties(backend, tmp_path, size):
+    """Windows of equal size (one reshape and argmax) with many ties: torch's first maximum."""
+    x = np.round(rnd(2, 3, 12, 12) * 2).astype(np.float32)
+    y, idx = F.adaptive_max_pool2d(t(x), size, return_indices=True)
+    run_op(backend, tmp_path, "F.adaptive_max_pool2d", {"output_size": size, "return_indices": True},
+           [x], [y.numpy(), idx.numpy()])
+
+
 @pytest.mark.parametrize("size", [1, 3, 4, 11])
 def test_adaptive_pool1d_matches_torch(backend, tmp_path, size):
     x = rnd(2, 3, 11)

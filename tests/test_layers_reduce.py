@@ -217,6 +217,25 @@ def test_cumulative_along_an_outer_axis(backend, op_type, dim, dtype):
     assert_close(got, want, rtol=2e-6, what=f"{op_type} dim={dim} {np.dtype(dtype)}")
 
 
+@pytest.mark.parametrize("op_type,keepdim,dtype,n", [
+    ("torch.max", False, np.float32, 8), ("torch.min", True, np.float32, 3), ("torch.max", True, np.int32, 16),
+    ("torch.min", False, np.float64, 2), ("torch.max", False, np.bool_, 5), ("torch.max", False, np.float32, 17),
+])
+def test_max_min_over_a_short_last_axis(backend, op_type, keepdim, dtype, n):
+    """Many rows of a few values (numpy's chained elementwise path up to 16), NaN in some rows
+    (it wins, as in torch), ties, ints and bools; 17 values take the plain reduction."""
+    g = np.random.default_rng(3)
+    x = np.round(g.standard_normal((4, 33, 40, n)) * 2)
+    if dtype in (np.float32, np.float64):
+        x[0, 0, :3, 1] = np.nan
+    x = (x > 0) if dtype is np.bool_ else x.astype(dtype)
+    fn = torch.amax if op_type == "torch.max" else torch.amin
+    got = backend.to_numpy(run(backend, make_layer(backend, op_type, f"dim=-1 keepdim={keepdim}"), x))
+    want = ref(lambda t: fn(t, -1, keepdim=keepdim), x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
 def test_aten_reductions_take_dims_as_inputs(backend):
     """``x.prod()`` and ``torch.all(x, 1)`` stay ``aten::`` ops with dim/keepdim as inputs."""
     layer = make_layer(backend, "aten::prod", "", n_in=2)

@@ -314,6 +314,20 @@ def adaptive_max_pool2d(x: Any, out_hw: tuple[int, int], return_indices=False, *
             t = xp.take(y, idx, axis=x.ndim - 2)
             z = t if z is None else xp.maximum(z, t)
         return z
+    if h % ho == 0 and w % wo == 0:
+        # equal windows: one reshape and an argmax over each window in (row, column) order, the
+        # order of the taps below (DGCNN's adaptive_max_pool1d(x, 1) with indices over 256
+        # values: 2.5 ms as 256 gathered taps)
+        kh, kw = h // ho, w // wo
+        lead = tuple(x.shape[:-2])
+        nl = len(lead)
+        r = xp.reshape(x, lead + (ho, kh, wo, kw))
+        r = xp.reshape(xp.permute_dims(r, tuple(range(nl)) + (nl, nl + 2, nl + 1, nl + 3)), lead + (ho, wo, kh * kw))
+        t = xp.astype(xp.argmax(r, axis=-1), xp.int64)  # first maximum (NaN: as the taps' argmax)
+        y = xp.max(r, axis=-1)
+        rows = xp.reshape(xp.arange(ho, dtype=xp.int64, device=x.device) * kh, (ho, 1)) + t // kw
+        cols = xp.reshape(xp.arange(wo, dtype=xp.int64, device=x.device) * kw, (1, wo)) + t % kw
+        return y, rows * w + cols
     taps, table = [], []
     for i in range(kh):
         ri = [min(a + i, b - 1) for a, b in bh]

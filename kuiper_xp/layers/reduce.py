@@ -130,6 +130,7 @@ class MaxMin(_Reduce):
                  binary: bool):
         super().__init__(ctx, dims, keepdim, dtype)
         self.is_max, self.with_indices, self.binary = is_max, with_indices, binary
+        self._short = getattr(ctx.fast, "max_short_last", None)  # (numpy: a short last axis)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -154,12 +155,20 @@ class MaxMin(_Reduce):
             return xp.maximum(x, other) if self.is_max else xp.minimum(x, other)
         axes = self.axes(x.ndim)
         _check_nonempty(self, x, axes)
-        red = xp.max if self.is_max else xp.min
-        values = red(x, axis=axes, keepdims=self.keepdim)
+        values = None
+        if self._short is not None and axes == (x.ndim - 1,):
+            values = self._short(x, self.is_max, self.keepdim)
+        boolean = x.dtype == xp.bool  # (the standard's max/min take numbers only: any/all)
+        if values is None:
+            if boolean:
+                red = xp.any if self.is_max else xp.all
+            else:
+                red = xp.max if self.is_max else xp.min
+            values = red(x, axis=axes, keepdims=self.keepdim)
         if not self.with_indices:
             return values
         arg = xp.argmax if self.is_max else xp.argmin
-        idx = arg(x, axis=axes[0], keepdims=self.keepdim)
+        idx = arg(xp.astype(x, xp.uint8) if boolean else x, axis=axes[0], keepdims=self.keepdim)
         if idx.dtype != xp.int64:
             idx = xp.astype(idx, xp.int64)
         return values, idx
