@@ -35,6 +35,24 @@ class Convs(nn.Module):
         return self.b(y), F.relu6(self.c(y)), self.d(y), self.e(y)  # (ReLU6 folded into the depthwise one)
 
 
+class Factorised(nn.Module):
+    """(2+1)-D video blocks: temporal (kd, 1, 1) and pointwise (1, 1, 1) convolutions, run as 2-D
+    (kd, 1) convolutions over (D, H*W) maps (depth padding, stride and dilation, groups, a
+    folded BatchNorm and a fused ReLU); and a spatial (1, 3, 3) one."""
+
+    def __init__(self):
+        super().__init__()
+        self.s = nn.Conv3d(4, 6, (1, 3, 3), padding=(0, 1, 1))
+        self.t = nn.Conv3d(6, 8, (3, 1, 1), padding=(1, 0, 0), bias=False)
+        self.bn = nn.BatchNorm3d(8)
+        self.t2 = nn.Conv3d(8, 4, (3, 1, 1), stride=(2, 1, 1), dilation=(2, 1, 1), padding=(2, 0, 0), groups=2)
+        self.p = nn.Conv3d(8, 5, 1)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.t(self.s(x))))
+        return self.t2(y), self.p(y)
+
+
 class Transposed(nn.Module):
     def __init__(self):
         super().__init__()
@@ -97,6 +115,7 @@ def _randomise_bn(module):
 
 CASES = {
     "convs": (Convs, (2, 3, 5, 9, 8)),
+    "factorised": (Factorised, (2, 4, 7, 6, 5)),
     "transposed": (Transposed, (2, 6, 3, 4, 5)),
     "pools": (Pools, (2, 3, 7, 9, 8)),
     "pools_indices": (PoolsWithIndices, (2, 3, 7, 9, 8)),
@@ -146,6 +165,13 @@ def test_activations_are_folded_into_the_convolutions(exported):
     fused = {a for _, a in g.fused}
     acts = {r.name for r in g.operators if r.type in ("F.relu", "F.relu6", "F.hardtanh", "nn.ReLU")}
     assert acts and acts <= fused, (acts, g.fused)
+
+
+def test_kernels_without_spatial_extent_run_as_2d_depth_convolutions(backend, exported):
+    param = exported("factorised")[0]
+    g = kuiper_xp.load(param, backend=backend)
+    taken = {r.name: r.layer.depth_only is not None for r in g.operators if r.type == "nn.Conv3d"}
+    assert len(taken) == 4 and taken.pop("s") is False and all(taken.values()), taken  # (1, 3, 3): not
 
 
 def test_unbatched_input(backend, exported):

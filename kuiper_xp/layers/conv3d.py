@@ -128,6 +128,18 @@ class Conv3d(FusesActivation, Layer):
         else:
             ws = [weight[:, :, a, ...] for a in range(kd)]
             biases = [None] * kd
+        # a kernel with no spatial extent ((kd, 1, 1): (2+1)-D video blocks' temporal
+        # convolutions, pointwise (1, 1, 1) ones) is a 2-D (kd, 1) convolution over (D, H*W)
+        # maps: no stacks of depth slices, no permutes, the output already (N, O, Do, H, W)
+        self.depth_only = None
+        if (kh, kw) == (1, 1) and tuple(stride[1:]) == (1, 1) and hw_pads == ((0, 0), (0, 0)) \
+                and mode == "zeros":
+            w_d = xp.reshape(weight, (o, cg, kd, 1))
+            d_pads = (tuple(padding[0]), (0, 0))
+            p = None if plan is None else plan(w_d, bias, stride=(stride[0], 1), dilation=(dilation[0], 1),
+                                               groups=groups, pads=d_pads)
+            self.depth_only = p if p is not None else (
+                lambda x4: fn.conv2d(x4, w_d, bias, (stride[0], 1), d_pads, (dilation[0], 1), groups, xp=self.xp))
         self.taps = []
         for w2, b2 in zip(ws, biases):
             p = None if plan is None else plan(w2, b2, stride=stride[1:], dilation=dilation[1:], groups=groups,
@@ -159,6 +171,14 @@ class Conv3d(FusesActivation, Layer):
         if x.shape[1] != self.in_channels:
             raise ShapeError(f"{self.where}: input has {x.shape[1]} channels (shape {tuple(x.shape)}), "
                              f"the weight expects {self.in_channels}")
+        if self.depth_only is not None:
+            n, c, d, h, w = x.shape
+            if d + sum(self.padding[0]) < self.dilation[0] * (self.weight.shape[2] - 1) + 1:
+                raise ShapeError(f"{self.where}: output depth would be empty for input {tuple(x.shape)} (padded)")
+            y = self.depth_only(xp.reshape(x, (n, c, d, h * w)))
+            y = self._activate(y)
+            y = xp.reshape(y, (n, y.shape[1], y.shape[2], h, w))
+            return y[0, ...] if unbatched else y
         if self.mode == "zeros":
             x = fn.pad(x, (self.padding[0], (0, 0), (0, 0)), "zeros", xp=xp)
         else:
