@@ -1922,6 +1922,11 @@ class Conv2dPlan:
             # small images: several images side by side in one GEMM (N = images * Ho*Wo), the
             # result scattered back to NCHW with one copy
             ln = ho * wo
+            threads = _threads_now()
+            if GEMM_ROWS_BYTES and threads > 1:
+                nb = max(1, min(n, GEMM_ROWS_BYTES // max(1, (k + 1) * ln * item)))
+                if -(-n // nb) >= 2 * threads:
+                    return self._run_gemm_images(y, fill, ln, nb, activation)
             nb = max(1, min(n, GEMM_BLOCK_BYTES // max(1, (k + 1) * ln * item)))
             for i0 in range(0, n, nb):
                 b = min(nb, n - i0)
@@ -1952,6 +1957,33 @@ class Conv2dPlan:
                 else:
                     _gemm(wmat, cols, out)
         return y if activation is None else activation_inplace(y, activation)
+
+    def _run_gemm_images(self, y, fill, ln, nb, activation):
+        """Small images at batch > 1, as :meth:`_run_gemm_rows` does rows: each thread takes
+        whole blocks of ``nb`` images side by side, its own im2col, a one-thread GEMM, the fused
+        activation and the copy into the output, one hand-off for the whole convolution (the
+        shared steps made three per block: 34 hand-offs for 32 images of 28x28, 32 -> 48
+        channels, 9.2 ms on two threads against 9.7 on one, on a VM where each costs ~90 us)."""
+        n = y.shape[0]
+        g, k = self.groups, self.cg * self.kh * self.kw
+        og = self.o // g
+        wm = self._pack_gemm()
+        nblk = -(-n // nb)
+
+        def part(lo, hi):
+            for t in range(lo, hi):
+                i0 = t * nb
+                b = min(nb, n - i0)
+                cols = _workspace((g, k + 1, b * ln), self.dtype, slot=16)
+                cols[:, k] = 1
+                fill(cols, i0, b, 0, y.shape[2], inline=True)
+                res = _workspace((g, og, b * ln), self.dtype, slot=17)
+                _mm(wm[0], cols[0], res[0]) if g == 1 else np.matmul(wm, cols, out=res)
+                if activation is not None:
+                    res = activation_inplace(res, activation)  # contiguous: in place
+                np.copyto(y[i0:i0 + b].reshape(b, g, og, ln), res.reshape(g, og, b, ln).transpose(2, 0, 1, 3))
+        _parallel(part, nblk, 1 << 62)
+        return y
 
     def _run_gemm_rows(self, x, y, fill, ho, wo, rows, activation):
         """Each thread takes whole blocks of output rows of one image (about GEMM_ROWS_BYTES of

@@ -783,6 +783,31 @@ def test_numpy_fast_gemm_row_blocks_fuse_the_activation(monkeypatch, act, rows_b
         nf.set_num_threads(old)
 
 
+@pytest.mark.parametrize("per_block", [1, 2])
+def test_numpy_fast_gemm_image_blocks_per_thread(monkeypatch, per_block):
+    """Small images at batch > 1 on several threads: each thread takes whole blocks of images
+    side by side (own im2col, GEMM, activation, copy into NCHW), the last block short; plain,
+    strided and grouped, against torch."""
+    old = nf.set_num_threads(3)
+    try:
+        for cin, cout, k, s, p, h, w, g, act in [(6, 10, 3, 1, 1, 9, 7, 1, "relu"), (8, 12, 3, 2, 1, 13, 11, 1, None),
+                                                 (12, 12, 3, 1, 1, 8, 9, 3, "silu")]:
+            n = 7
+            x, wt, b = rnd(n, cin, h, w), rnd(cout, cin // g, k, k, seed=1), rnd(cout, seed=2)
+            ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+            # room for `per_block` images' patches (k*k*cin/g + 1 rows of ho*wo) per block
+            monkeypatch.setattr(nf, "GEMM_ROWS_BYTES", per_block * (k * k * cin // g + 1) * ho * wo * 4)
+            pre = F.conv2d(t(x), t(wt), t(b), s, p, 1, g)
+            ref = {"relu": F.relu, "silu": F.silu, None: lambda a: a}[act](pre)
+            plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)), groups=g, algo="gemm")
+            with nf.compute_scope():
+                got = plan(x, act)
+            assert got.flags.c_contiguous
+            assert_close(got, ref.numpy(), rtol=RTOL, atol=RTOL * float(pre.abs().max()), what=f"k{k} s{s} g{g}")
+    finally:
+        nf.set_num_threads(old)
+
+
 def test_numpy_fast_conv_picks_the_expected_algorithm():
     def algo(cout, cin, k, s=1, g=1, pads=((1, 1), (1, 1)), hw=None):
         plan = nf.conv2d_plan(rnd(cout, cin // g, k, k), None, stride=(s, s), groups=g, pads=pads, input_hw=hw)
