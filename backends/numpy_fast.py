@@ -1976,14 +1976,20 @@ class Conv2dPlan:
                 b = min(nb, n - i0)
                 cols = _workspace((g, k + 1, b * ln), self.dtype, slot=16)
                 cols[:, k] = 1
-                fill(cols, i0, b, 0, y.shape[2], inline=True)
-                res = _workspace((g, og, b * ln), self.dtype, slot=17)
-                _mm(wm[0], cols[0], res[0]) if g == 1 else np.matmul(wm, cols, out=res)
-                if activation is not None:
-                    res = activation_inplace(res, activation)  # contiguous: in place
+                res = self._patch_product(wm, fill, cols, i0, b, 0, y.shape[2], activation)
                 np.copyto(y[i0:i0 + b].reshape(b, g, og, ln), res.reshape(g, og, b, ln).transpose(2, 0, 1, 3))
         _parallel(part, nblk, 1 << 62)
         return y
+
+    def _patch_product(self, wm, fill, cols, i0: int, b: int, r0: int, nr: int, activation):
+        """On the calling thread: ``cols`` (its last row already ones) filled with the patches of
+        images [i0, i0+b), output rows [r0, r0+nr), times the packed weights ``wm`` into a
+        per-thread (groups, outputs per group, columns) result, ``activation`` applied in place."""
+        g = self.groups
+        fill(cols, i0, b, r0, nr, inline=True)
+        res = _workspace((g, self.o // g, cols.shape[2]), self.dtype, slot=17)
+        _mm(wm[0], cols[0], res[0]) if g == 1 else np.matmul(wm, cols, out=res)
+        return res if activation is None else activation_inplace(res, activation)  # (contiguous: in place)
 
     def _run_gemm_rows(self, x, y, fill, ho, wo, rows, activation):
         """Each thread takes whole blocks of output rows of one image (about GEMM_ROWS_BYTES of
@@ -2008,11 +2014,7 @@ class Conv2dPlan:
                 r0 *= rows
                 nr = min(ho, r0 + rows) - r0
                 c = cols[:, :, :nr * wo] if nr < rows else cols
-                fill(c, i, 1, r0, nr, inline=True)
-                res = _workspace((g, og, nr * wo), self.dtype, slot=17)
-                _mm(wm[0], c[0], res[0]) if g == 1 else np.matmul(wm, c, out=res)
-                if activation is not None:
-                    res = activation_inplace(res, activation)  # contiguous: in place
+                res = self._patch_product(wm, fill, c, i, 1, r0, nr, activation)
                 y[i].reshape(g, og, ho * wo)[:, :, r0 * wo: (r0 + nr) * wo] = res
         _parallel(part, n * nblk, 1 << 62)  # the copies and activation inside run inline per thread
         return y

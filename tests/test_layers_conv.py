@@ -766,21 +766,28 @@ def test_numpy_fast_gemm_row_blocks_fuse_the_activation(monkeypatch, act, rows_b
     try:
         for cin, cout, k, s, p, h, w, g in [(3, 16, 6, 2, 2, 37, 30, 1), (5, 7, 3, 1, 1, 19, 23, 1),
                                             (16, 24, 3, 1, 1, 37, 33, 4), (12, 12, 3, 2, 1, 70, 63, 3)]:
-            x, wt, b = rnd(2, cin, h, w), rnd(cout, cin // g, k, k, seed=1), rnd(cout, seed=2)
-            pre = F.conv2d(t(x), t(wt), t(b), s, p, 1, g)
             if isinstance(act, tuple):
-                ref = F.leaky_relu(pre, act[1]) if act[0] == "leaky" else torch.clamp(pre, act[1], act[2])
+                ref = ((lambda a: F.leaky_relu(a, act[1])) if act[0] == "leaky"
+                       else (lambda a: torch.clamp(a, act[1], act[2])))
             else:
-                ref = torch_act[act](pre)
-            plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)), groups=g)
-            assert plan.algo == "gemm"
-            with nf.compute_scope():
-                got = plan(x, act)
-            assert got.flags.c_contiguous
-            # the sums' rounding scales with the convolution's output, not the clamped one's
-            assert_close(got, ref.numpy(), rtol=RTOL, atol=RTOL * float(pre.abs().max()), what=f"{act} k{k} s{s}")
+                ref = torch_act[act]
+            _check_gemm_conv(2, cin, cout, k, s, p, h, w, g, act, ref)
     finally:
         nf.set_num_threads(old)
+
+
+def _check_gemm_conv(n, cin, cout, k, s, p, h, w, g, act, ref, force=False):
+    """A GEMM convolution plan (the one chosen, or forced) with the fused ``act`` inside a
+    compute scope, against torch's convolution followed by ``ref``; a C-contiguous result."""
+    x, wt, b = rnd(n, cin, h, w), rnd(cout, cin // g, k, k, seed=1), rnd(cout, seed=2)
+    pre = F.conv2d(t(x), t(wt), t(b), s, p, 1, g)
+    plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)), groups=g, algo="gemm" if force else None)
+    assert plan.algo == "gemm"
+    with nf.compute_scope():
+        got = plan(x, act)
+    assert got.flags.c_contiguous
+    # the sums' rounding scales with the convolution's output, not the clamped one's
+    assert_close(got, ref(pre).numpy(), rtol=RTOL, atol=RTOL * float(pre.abs().max()), what=f"{act} k{k} s{s} g{g}")
 
 
 @pytest.mark.parametrize("per_block", [1, 2])
@@ -792,18 +799,11 @@ def test_numpy_fast_gemm_image_blocks_per_thread(monkeypatch, per_block):
     try:
         for cin, cout, k, s, p, h, w, g, act in [(6, 10, 3, 1, 1, 9, 7, 1, "relu"), (8, 12, 3, 2, 1, 13, 11, 1, None),
                                                  (12, 12, 3, 1, 1, 8, 9, 3, "silu")]:
-            n = 7
-            x, wt, b = rnd(n, cin, h, w), rnd(cout, cin // g, k, k, seed=1), rnd(cout, seed=2)
             ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
             # room for `per_block` images' patches (k*k*cin/g + 1 rows of ho*wo) per block
             monkeypatch.setattr(nf, "GEMM_ROWS_BYTES", per_block * (k * k * cin // g + 1) * ho * wo * 4)
-            pre = F.conv2d(t(x), t(wt), t(b), s, p, 1, g)
-            ref = {"relu": F.relu, "silu": F.silu, None: lambda a: a}[act](pre)
-            plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((p, p), (p, p)), groups=g, algo="gemm")
-            with nf.compute_scope():
-                got = plan(x, act)
-            assert got.flags.c_contiguous
-            assert_close(got, ref.numpy(), rtol=RTOL, atol=RTOL * float(pre.abs().max()), what=f"k{k} s{s} g{g}")
+            _check_gemm_conv(7, cin, cout, k, s, p, h, w, g, act, {"relu": F.relu, "silu": F.silu, None: lambda a: a}[act],
+                             force=True)
     finally:
         nf.set_num_threads(old)
 
