@@ -93,11 +93,16 @@ def _case(name):
     if name == "unbatched":
         x2 = _x(L, E)
         return {}, (x2, x2, x2), {}, [x2], False
+    if name == "unbatched_3d_mask_keys_eq_embed":
+        # an unbatched query beside a (heads, L, S) mask with S == embed_dim: the query is still
+        # the first input (a 3-D input shaped like a batched query does not win)
+        x2, y2, m = _x(L, E), _x(E, E), _x(H, L, E)
+        return {}, (x2, y2, y2), {"attn_mask": torch.from_numpy(m), "need_weights": False}, [x2, y2, m], True
     raise KeyError(name)
 
 
 MHA_CASES = ["self", "cross_weights", "seq_first_float_mask", "buffer_mask_first", "kpm_bool_and_float_mask",
-             "causal_bool_and_kpm_per_head",
+             "causal_bool_and_kpm_per_head", "unbatched_3d_mask_keys_eq_embed",
              "float_kpm", "kdim_vdim", "no_bias_3d_mask", "bias_kv_zero_attn", "unbatched"]
 
 

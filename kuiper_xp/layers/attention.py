@@ -181,11 +181,15 @@ class MultiheadAttention(Layer):
         if not floats:
             raise ShapeError(f"{self.where}: no query input among {len(inputs)} inputs")
         # the query: pnnx lists it first among float inputs, except that a float mask held in a
-        # pnnx.Attribute (a registered buffer) can come before it; so take the first float input
-        # shaped like a query (3-D, then 2-D, last axis embed_dim) and count what precedes it
-        # among the masks
-        qi = next((i for rank in (3, 2) for i, a in enumerate(floats)
-                   if a.ndim == rank and a.shape[-1] == self.E), 0)
+        # pnnx.Attribute (a registered buffer) can come before it. So the first float input when
+        # it is shaped like a query (2-D or 3-D, last axis embed_dim: an unbatched query stays
+        # the query beside a 3-D mask whose last axis happens to be embed_dim), else the first
+        # that is (3-D, then 2-D), what precedes it counted among the masks. (Not "a
+        # pnnx.Attribute is never the query": DETR's learned queries are one.)
+        qi = 0
+        if not (floats[0].ndim in (2, 3) and floats[0].shape[-1] == self.E):
+            qi = next((i for rank in (3, 2) for i, a in enumerate(floats)
+                       if a.ndim == rank and a.shape[-1] == self.E), 0)
         q = floats[qi]
         if q.ndim not in (2, 3):
             raise ShapeError(f"{self.where}: query must be 2-D or 3-D, found shape {tuple(q.shape)}")
