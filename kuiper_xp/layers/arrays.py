@@ -199,20 +199,20 @@ class Unfold(_ArrayLayer):
 class FlipLR(_ArrayLayer):
     """``torch.fliplr``: reverses dim 1 (a tensor of >= 2 dims)."""
 
+    axis = 1
+
     def forward(self, x: Any) -> Any:
-        if x.ndim < 2:
-            raise ShapeError(f"{self.who}: input must be >= 2-d, found shape {tuple(x.shape)}")
-        return self.xp.flip(x, axis=1)
+        if x.ndim <= self.axis:
+            found = f"shape {tuple(x.shape)}" if x.ndim else "a 0-d tensor"
+            raise ShapeError(f"{self.who}: input must be >= {self.axis + 1}-d, found {found}")
+        return self.xp.flip(x, axis=self.axis)
 
 
 @register("aten::flipud")
-class FlipUD(_ArrayLayer):
+class FlipUD(FlipLR):
     """``torch.flipud``: reverses dim 0 (a tensor of >= 1 dims)."""
 
-    def forward(self, x: Any) -> Any:
-        if x.ndim < 1:
-            raise ShapeError(f"{self.who}: input must be >= 1-d, found a 0-d tensor")
-        return self.xp.flip(x, axis=0)
+    axis = 0
 
 
 @register("aten::msort")

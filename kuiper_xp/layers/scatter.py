@@ -426,6 +426,14 @@ def _long_index(xp: Any, index: Any, n: int, where: str, negative: bool) -> Any:
     return _index_array(xp, xp.reshape(index, (-1,)), n, where, negative=negative)
 
 
+def _dim_index(layer, x, dim, index, negative: bool):
+    """index_fill / index_copy's ``(axis, size along it, int64 1-D index)`` (a 0-d x counts as
+    one entry)."""
+    axis = _axis(_int(dim, "dim", layer.where), x.ndim, layer.where)
+    n = x.shape[axis] if x.ndim else 1
+    return axis, n, _long_index(layer.xp, index, n, layer.where, negative=negative)
+
+
 @register("aten::index_fill")
 class IndexFill(_Named):
     """``x.index_fill(dim, index, value)``: a copy of x with the slices ``index`` along dim set to
@@ -436,9 +444,7 @@ class IndexFill(_Named):
 
     def forward(self, x, dim, index, value):
         xp, dev = self.xp, self.device
-        axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
-        n = x.shape[axis] if x.ndim else 1
-        index = _long_index(xp, index, n, self.where, negative=True)
+        axis, n, index = _dim_index(self, x, dim, index, negative=True)
         if hasattr(value, "dtype"):
             if value.ndim != 0:
                 raise ShapeError(f"{self.where}: value must be a scalar or a 0-D tensor, found shape "
@@ -469,9 +475,7 @@ class IndexCopy(_Named):
 
     def forward(self, x, dim, index, source):
         xp, dev = self.xp, self.device
-        axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
-        n = x.shape[axis] if x.ndim else 1
-        index = _long_index(xp, index, n, self.where, negative=False)
+        axis, n, index = _dim_index(self, x, dim, index, negative=False)
         if not hasattr(source, "dtype") or source.dtype != x.dtype:
             raise ShapeError(f"{self.where}: source must have the input's dtype {x.dtype}, found "
                              f"{getattr(source, 'dtype', type(source).__name__)}")
