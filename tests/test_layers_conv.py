@@ -1123,3 +1123,30 @@ def test_numpy_fast_winograd_dilated_choice_and_refusal():
         nf.conv2d_plan(w, None, dilation=(2, 2), pads=((1, 1), (1, 1)), algo="winograd")
     with pytest.raises(ValueError, match="Winograd"):
         nf.conv2d_plan(w, None, dilation=(2, 3), pads=((2, 2), (3, 3)), algo="winograd")
+
+
+class SamePaddingForms(nn.Module):
+    """padding='same' as pnnx writes it: ``same`` (square kernel, circular), F.pad-order pads
+    ``(2,2,0,1)`` (kernel (2, 5), reflect) and ``()`` (Conv1d, replicate)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 4, padding="same", padding_mode="circular")
+        self.b = nn.Conv2d(4, 4, (2, 5), padding="same", padding_mode="reflect")
+        self.c = nn.Conv1d(3, 4, 4, padding="same", padding_mode="replicate")
+        self.d = nn.Conv2d(4, 2, (3, 4), padding="same", dilation=(1, 2))
+
+    def forward(self, x, y):
+        return self.d(self.b(self.a(x))), self.c(y)
+
+
+def test_pnnx_same_padding_forms_match_torch(model_backend, tmp_path):
+    from helpers import export_torch, run_graph, torch_outputs
+
+    torch.manual_seed(0)
+    m = SamePaddingForms().eval()
+    inputs2 = (torch.randn(2, 3, 10, 12), torch.randn(2, 3, 15))
+    param = export_torch(m, (torch.randn(1, 3, 9, 11), torch.randn(1, 3, 13)), tmp_path, inputs2=inputs2)
+    assert "padding=(2,2,0,1)" in param.read_text()  # the form this test is for
+    for k, (a, e) in enumerate(zip(run_graph(param, model_backend, inputs2), torch_outputs(m, inputs2))):
+        assert_close(a, e, rtol=1e-4, what=f"output {k}")

@@ -233,6 +233,13 @@ class Convolution(_ConvBase):
             if kernel is None:
                 return "same"
             return fn.same_pads(kernel, dilation)
+        if isinstance(raw, (list, tuple)) and len(raw) == 2 * nd:
+            # pnnx writes padding='same' with a non-zero padding_mode and an even kernel as
+            # torch's private F.pad-order pads, last axis first: (left, right[, top, bottom])
+            q = op.ints("padding", 2 * nd)
+            if any(v < 0 for v in q):
+                raise LayerParameterError(f"{op.where}: negative padding {q} is not supported")
+            return ((0, 0), (q[0], q[1])) if nd == 1 else ((q[2], q[3]), (q[0], q[1]))
         p = op.ints("padding", nd, default=(0,) * nd)
         if any(v < 0 for v in p):
             raise LayerParameterError(f"{op.where}: negative padding {p} is not supported")
