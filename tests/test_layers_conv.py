@@ -489,7 +489,8 @@ def test_numpy_fast_conv_matches_generic_and_torch(case, fast_mode):
         assert (plan.algo, plan.tile if tile else None) == (name, tile)
         got = plan(x)
         # planar, but for depthwise on small maps: a channels-last array seen as (N, C, H, W)
-        small = algo == "depthwise" and g == cout and got.shape[2] * got.shape[3] <= nf.DEPTHWISE_NHWC_MAX_PIXELS
+        small = (algo == "depthwise" and g == cout and got.shape[2] * got.shape[3] <= nf.DEPTHWISE_NHWC_MAX_PIXELS
+                 and not plan._dense_ok(n, h, w, *got.shape[2:]))
         assert (got.transpose(0, 2, 3, 1) if small else got).flags.c_contiguous and got.dtype == np.float32
         want = expected if bias is not None else expected - b.reshape(1, -1, 1, 1)
         assert_close(got, want, rtol=1e-4 if tile else RTOL, what=f"{algo} bias={bias is not None}")
@@ -638,13 +639,17 @@ def numba_on():
     nf.use_numba(old)
 
 
-@pytest.mark.parametrize("layout", ["planar", "nhwc", "band", "numba"])
+@pytest.mark.parametrize("layout", ["planar", "nhwc", "band", "dense", "numba"])
 @pytest.mark.parametrize("case", DEPTHWISE, ids=[f"dw-{i}" for i in range(len(DEPTHWISE))])
 def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
     """Every depthwise layout (channels-last is picked for small maps, the banded GEMMs for big
-    kernels at stride 1 on larger ones), and the optional numba kernel, against torch."""
+    kernels at stride 1 on larger ones, per-channel dense matrices for kernels covering much of a
+    small map), and the optional numba kernel, against torch."""
     monkeypatch.setattr(nf, "DEPTHWISE_NHWC_MAX_PIXELS", 10**9 if layout == "nhwc" else 0)
     monkeypatch.setattr(nf, "DEPTHWISE_BAND_MIN_TAPS", 1 if layout == "band" else 10**9)
+    monkeypatch.setattr(nf, "DEPTHWISE_DENSE_MAX_BYTES", 1 << 40 if layout == "dense" else 0)
+    monkeypatch.setattr(nf, "DEPTHWISE_DENSE_RATIO", 10**9)
+    monkeypatch.setattr(nf, "DEPTHWISE_DENSE_RATIO_BATCHED", 10**9)
     if layout == "numba":
         request.getfixturevalue("numba_on")
     n, cin, cout, h, w, k, s, pads, d, g, _ = case
@@ -654,6 +659,7 @@ def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
     expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), s, 0, d, g)
     plan = nf.conv2d_plan(wt, b, stride=s, dilation=(d, d), groups=g, pads=pads)
     assert plan.algo == "depthwise"
+    assert plan._dense_ok(n, h, w, *expected.shape[2:]) == (layout == "dense" and g == cout)
     assert_close(plan(x), expected.numpy(), rtol=RTOL, what=layout)
     assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what=f"{layout} relu6")
     assert_close(plan(x, "relu"), F.relu(expected).numpy(), rtol=RTOL, what=f"{layout} relu")
@@ -1150,3 +1156,36 @@ def test_pnnx_same_padding_forms_match_torch(model_backend, tmp_path):
     assert "padding=(2,2,0,1)" in param.read_text()  # the form this test is for
     for k, (a, e) in enumerate(zip(run_graph(param, model_backend, inputs2), torch_outputs(m, inputs2))):
         assert_close(a, e, rtol=1e-4, what=f"output {k}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_depthwise_dense_small_maps(monkeypatch, dtype):
+    """Kernels covering much of a small map (ConvMixer's 9x9 on 9x9, ConvNeXt's 7x7 on 7x7, 3x3 on
+    5x5 from batch 4) run as per-channel dense matrices by default: two input sizes (one matrix
+    each), batch 1 and 4, stride 2 with uneven pads, fused GELU on the threads of a compute
+    scope (channels split between them), a channels-last input view; against torch."""
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 1)
+    rtol = RTOL if dtype == np.float32 else 1e-12
+    cases = [(1, 12, 9, 9, 9, 1, ((4, 4), (4, 4))), (4, 12, 9, 9, 9, 1, ((4, 4), (4, 4))),
+             (2, 10, 7, 8, 7, 1, ((3, 3), (3, 3))), (4, 8, 5, 5, 3, 1, ((1, 1), (1, 1))),
+             (5, 6, 6, 7, 5, 2, ((2, 1), (1, 2)))]
+    for n, c, h, w, k, s, pads in cases:
+        x, wt, b = (a.astype(dtype) for a in (rnd(n, c, h, w), rnd(c, 1, k, k, seed=1), rnd(c, seed=2)))
+        (pt, pb), (pl, pr) = pads
+        expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), s, 0, 1, c)
+        plan = nf.conv2d_plan(wt, b, stride=(s, s), groups=c, pads=pads)
+        assert plan._dense_ok(n, h, w, *expected.shape[2:]), (n, c, h, w, k)
+        got = plan(x)
+        assert got.flags.c_contiguous and got.dtype == dtype
+        assert_close(got, expected.numpy(), rtol=rtol, what=f"dense {n, c, h, w, k}")
+        old = nf.set_num_threads(2)
+        try:
+            with nf.compute_scope():
+                xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+                assert_close(plan(xl, "gelu"), F.gelu(expected).numpy(), rtol=rtol, what="dense gelu")
+        finally:
+            nf.set_num_threads(old)
+    assert len(plan._dense) == 1
+    x2 = rnd(1, 6, 4, 5).astype(dtype)  # a second input size: a second matrix
+    assert_close(plan(x2), F.conv2d(F.pad(t(x2), (1, 2, 2, 1)), t(wt), t(b), 2, 0, 1, 6).numpy(), rtol=rtol)
+    assert len(plan._dense) == 2
