@@ -71,6 +71,10 @@ CASES = {
                  {"F.pairwise_distance"}),
     "cdist": (Fn(lambda s, a, b: torch.cdist(a, b)), (_r(2, 5, 4), _r(2, 6, 4, seed=1)), {"aten::cdist"}),
     "cdist_p1": (Fn(lambda s, a, b: torch.cdist(a, b, p=1.0)), (_r(5, 4), _r(6, 4, seed=1)), {"aten::cdist"}),
+    # more than 25 rows: torch's matrix-product form (and the broadcast one when told not to)
+    "cdist_mm": (Fn(lambda s, a, b: torch.cdist(a, b) + torch.cdist(
+        a, b, compute_mode="donot_use_mm_for_euclid_dist") + torch.cdist(a, b[:, :1], compute_mode="use_mm_for_euclid_dist")),
+        (_r(2, 40, 24), _r(2, 30, 24, seed=1)), {"aten::cdist"}),
     "unfold": (Fn(lambda s, x: F.unfold(x, (3, 2), dilation=(1, 2), padding=1, stride=(2, 1))), (_r(2, 3, 7, 8),),
                {"F.unfold"}),
     "fold": (Fn(lambda s, x: F.fold(x, (7, 6), 3, padding=1, stride=2)), (_r(2, 18, 12),), {"F.fold"}),

@@ -111,12 +111,13 @@ class PairwiseDistance(Layer):
 @register("aten::cdist")
 class CDist(Layer):
     """p-norm distance between every row of x1 (..., P, M) and of x2 (..., R, M); inputs
-    (x1, x2, p, compute_mode), compute_mode ignored."""
+    (x1, x2, p, compute_mode). As torch: for p = 2 through a matrix product (|a|^2 + |b|^2 -
+    2 a.b, clipped at 0) when x1 or x2 has more than 25 rows (compute_mode None or 0,
+    'use_mm_for_euclid_dist_if_necessary') or always (1, 'use_mm_for_euclid_dist'); else, and
+    for any other p, from the broadcast differences (2, 'donot_use_mm_for_euclid_dist')."""
 
-    #: rows x rows x features above which the distance is computed through a matrix product
-    #: (|a|^2 + |b|^2 - 2 a.b) instead of the broadcast differences (torch switches for p = 2 from
-    #: 25 rows, with the same formula)
-    DIRECT_MAX = 1 << 22
+    #: rows of x1 or x2 above which p = 2 goes through the matrix product (torch's threshold)
+    MM_MIN_ROWS = 25
 
     def __init__(self, ctx: BuildContext, where: str):
         super().__init__(ctx)
@@ -133,11 +134,15 @@ class CDist(Layer):
         p = _number(rest[0], self.where, "p") if rest else 2.0
         if p < 0:
             raise ShapeError(f"{self.where}: p={p} must be >= 0")
+        mode = 0 if len(rest) < 2 or rest[1] is None else _number(rest[1], self.where, "compute_mode")
+        if mode not in (0, 1, 2):
+            raise ShapeError(f"{self.where}: compute_mode={mode:g} should be 0, 1 or 2 (torch's "
+                             "use_mm_for_euclid_dist_if_necessary, use_mm_..., donot_use_mm_...)")
         if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-1]:
             raise ShapeError(f"{self.where}: expected (..., P, M) and (..., R, M) inputs, found "
                              f"{tuple(a.shape)} and {tuple(b.shape)}")
-        n_p, n_r, m = a.shape[-2], b.shape[-2], a.shape[-1]
-        if p == 2 and n_p * n_r * m > self.DIRECT_MAX:
+        n_p, n_r = a.shape[-2], b.shape[-2]
+        if p == 2 and (mode == 1 or mode == 0 and max(n_p, n_r) > self.MM_MIN_ROWS):
             aa = xp.sum(a * a, axis=-1)[..., :, None]
             bb = xp.sum(b * b, axis=-1)[..., None, :]
             ab = self.matmul(a, xp.matrix_transpose(b))
