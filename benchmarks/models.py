@@ -228,10 +228,10 @@ class ModelFiles:
 
 
 def one_line(exc: BaseException) -> str:
-    """``Type: message`` on one line, at most 300 characters (the error column of the table)."""
+    """``Type: message`` on one line, at most 400 characters (the error column of the table)."""
     msg = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
     text = f"{type(exc).__name__}: {msg}".strip()
-    return text if len(text) <= 300 else text[:297] + "..."
+    return text if len(text) <= 400 else text[:397] + "..."
 
 
 def _peer_dir(spec: ModelSpec) -> Path:

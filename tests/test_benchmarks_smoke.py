@@ -163,3 +163,25 @@ def test_overhead_benchmark_runs():
                            "--repeat", "5"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "us per step" in proc.stdout and "us per op" in proc.stdout, proc.stdout
+
+
+def test_pnnx_failure_reports(tmp_path):
+    """What the export harness reads from a pnnx run: a complete .pnnx.param (kept when pnnx
+    crashes in a later pass), the log lines that say why it stopped, the signal's name."""
+    from zoo.export import _exit_status, _param_complete, _pnnx_reason
+
+    param = tmp_path / "m.pnnx.param"
+    ops = ["pnnx.Input in0 0 1 0", "nn.ReLU r 1 1 0 1", "pnnx.Output out0 1 0 1"]
+    param.write_text("7767517\n3 2\n" + "\n".join(ops) + "\n")
+    assert _param_complete(param)
+    param.write_text("7767517\n3 2\n" + "\n".join(ops[:2]) + "\n")  # cut short
+    assert not _param_complete(param)
+    param.write_text("7767518\n3 2\n" + "\n".join(ops) + "\n")
+    assert not _param_complete(param)
+    log = ("$ old command\nterminate called earlier\n$ /x/pnnx m.pt inputshape=[1,3]\n############# pass_level5\n"
+           "terminate called after throwing an instance of 'std::length_error'\n  what():  vector::_M_default_append\n")
+    assert _pnnx_reason(log) == ("terminate called after throwing an instance of 'std::length_error' | "
+                                 "what():  vector::_M_default_append")
+    assert _pnnx_reason("$ /x/pnnx m.pt\n## pass_level4\n## pass_level5\n## pass_ncnn\n") == (
+        "## pass_level4 | ## pass_level5 | ## pass_ncnn")
+    assert _exit_status(-11) == "-11 (SIGSEGV)" and _exit_status(-6) == "-6 (SIGABRT)" and _exit_status(1) == "1"

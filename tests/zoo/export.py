@@ -33,8 +33,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -172,6 +174,39 @@ def _is_complete(d: Path, name: str) -> bool:
     )
 
 
+def _param_complete(param: Path) -> bool:
+    """A .pnnx.param with the magic line and as many operator lines as its header declares."""
+    lines = [ln for ln in param.read_text(errors="replace").splitlines() if ln.strip()]
+    if len(lines) < 2 or lines[0].strip() != PNNX_MAGIC:
+        return False
+    head = lines[1].split()
+    return len(head) == 2 and head[0].isdigit() and len(lines) - 2 == int(head[0])
+
+
+def _exit_status(code: int) -> str:
+    """``-6 (SIGABRT)`` for a signal, else the number."""
+    if code < 0:
+        try:
+            return f"{code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return str(code)
+
+
+_REASON_RE = re.compile(r"error|terminate|what\(\)|segmentation|abort|assert|free\(\)|fault|exception|not supported",
+                        re.IGNORECASE)
+
+
+def _pnnx_reason(log: str) -> str:
+    """The lines of pnnx's log (after the last command line) that say why it stopped, else its
+    last lines: what a one-line error report should show first."""
+    tail = log.rsplit("\n$ ", 1)[-1].splitlines()[1:]
+    lines = [ln.strip() for ln in tail if ln.strip()]
+    hits = [ln for ln in lines if _REASON_RE.search(ln)]
+    pick = hits[-3:] if hits else lines[-3:]
+    return " | ".join(pick)[-400:] or "no output"
+
+
 def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> dict:
     """Trace spec's model into workdir and run the pnnx binary there; return meta information."""
     import pnnx
@@ -228,12 +263,22 @@ def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> 
     c_pnnx = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
 
     param = workdir / outs["pnnxparam"]
-    if proc.returncode != 0 or not param.is_file() or not (workdir / outs["pnnxbin"]).is_file():
-        tail = log_path.read_text(errors="replace")[-4000:] if log_path.is_file() else ""
+    written = param.is_file() and (workdir / outs["pnnxbin"]).is_file()
+    # pnnx writes the .pnnx.param/.bin, then the _pnnx.py, then runs its ncnn passes: a crash in
+    # those (seen for einsum with one operand twice, a Conv1d 'same' with reflect padding) leaves
+    # complete pnnx files, which are used (with a note); anything earlier is a failed export
+    late_crash = proc.returncode != 0 and written and (workdir / outs["pnnxpy"]).is_file() and _param_complete(param)
+    if (proc.returncode != 0 and not late_crash) or not written:
+        text = log_path.read_text(errors="replace") if log_path.is_file() else ""
         raise RuntimeError(
-            f"pnnx failed to export zoo model {name!r} (dynamic={dynamic}, exit status {proc.returncode});"
-            f" log tail:\n{tail}"
+            f"pnnx failed to export zoo model {name!r} (dynamic={dynamic}, exit status "
+            f"{_exit_status(proc.returncode)}): {_pnnx_reason(text)}; log tail:\n{text[-4000:]}"
         )
+    if late_crash:
+        text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+        print(f"note: pnnx exited with status {_exit_status(proc.returncode)} ({_pnnx_reason(text)}) after "
+              f"writing {param.name} and its .bin: a later pass (its ncnn conversion) failed; using them",
+              file=sys.stderr)
     first = param.read_text().split("\n", 1)[0].strip()
     if first != PNNX_MAGIC:
         raise RuntimeError(f"{param}: first line {first!r}, expected the pnnx magic {PNNX_MAGIC}")
@@ -255,6 +300,7 @@ def _run_pnnx(spec: ModelSpec, workdir: Path, dynamic: bool, log_path: Path) -> 
         "input_shapes2": [list(t.shape) for t in inputs2] if inputs2 is not None else None,
         "trace_seconds": round(t_trace, 3),
         "pnnx_seconds": round(t_pnnx, 3),
+        "pnnx_exit_status": proc.returncode,
         "trace_cpu_seconds": round(c_trace, 3),
         "pnnx_cpu_seconds": round(c_pnnx, 3),
         "load_average": [round(x, 2) for x in os.getloadavg()],
@@ -294,7 +340,13 @@ def export(name_or_spec: str | ModelSpec, dynamic: bool = False, *, force: bool 
                 os.replace(final, old / "x")
                 shutil.rmtree(old, ignore_errors=True)
             os.replace(tmp, final)
-        except BaseException:
+        except BaseException as exc:
+            log = tmp / "export.log"
+            if isinstance(exc, RuntimeError) and "; log tail:" in str(exc) and log.is_file():
+                kept = root / f"{final.name}.failed.log"  # the whole log outlives the temporary folder
+                shutil.copyfile(log, kept)
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise RuntimeError(str(exc).replace("; log tail:", f"; whole log: {kept}; log tail:", 1)) from None
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     if _verbose():
