@@ -539,3 +539,34 @@ def test_slice_copy_and_fill_edges(backend):
     np.testing.assert_array_equal(backend.to_numpy(got), np.full((2, 3), 2.7, np.float32))
     with pytest.raises(LayerParameterError, match="'value' is missing"):
         make_layer(backend, "Tensor.fill", "", names=("input",))
+
+
+class LengthRegulator(nn.Module):
+    """FastSpeech's length regulator: repeat_interleave by a tensor of counts (a buffer, and
+    counts computed from an input), and by a scalar tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("r", torch.tensor([1, 0, 2, 3, 1, 1, 2, 0]))
+
+    def forward(self, x, d):
+        a = torch.repeat_interleave(x, self.r, dim=1)
+        b = x[0].repeat_interleave(d.clamp(min=0), dim=0)
+        return a, b * 2, torch.repeat_interleave(x, torch.tensor(2), dim=2)
+
+
+def test_repeat_interleave_tensor_repeats_matches_torch(backend, tmp_path):
+    from helpers import compare_with_torch
+
+    x, d = torch.randn(2, 8, 4), torch.tensor([2, 0, 1, 3, 1, 1, 0, 2])
+    param = compare_with_torch(LengthRegulator(), (x, d), backend, tmp_path, rtol=0,
+                               inputs2=(torch.randn(3, 8, 4), torch.tensor([0, 0, 4, 1, 1, 1, 0, 1])))
+    assert "$repeats" in param.read_text()
+    layer = make_layer(backend, "torch.repeat_interleave", "dim=0", n_in=2, names=("input", "repeats"))
+    x = X4[0, :, 0]  # (3, 5)
+    check_all(run(backend, layer, x, np.array([2, 0, 1])), ref(
+        lambda t: torch.repeat_interleave(t, torch.tensor([2, 0, 1]), 0), x), "repeat_interleave $repeats")
+    for bad, match in ((np.array([1, 2]), "2 repeats for 3 elements"), (np.array([1, -1, 0]), ">= 0"),
+                       (np.array([1.0, 2.0, 1.0]), "integers"), (np.ones((3, 1), np.int64), "scalar or 1-D")):
+        with pytest.raises(ShapeError, match=match):
+            run(backend, layer, x, bad)

@@ -924,14 +924,24 @@ class Repeat(ShapeLayer):
 
 @register("torch.repeat_interleave", "Tensor.repeat_interleave")
 class RepeatInterleave(ShapeLayer):
-    """Repeat each element ``repeats`` times along ``dim`` (or of the flattened input)."""
+    """Repeat each element ``repeats`` times along ``dim`` (or of the flattened input); repeats a
+    parameter, or an integer operand (``$repeats``: a scalar, or one count per element, as a
+    FastSpeech length regulator has)."""
 
     def __init__(self, ctx: BuildContext, repeats: Any, dim: int | None):
         super().__init__(ctx)
         self.repeats, self.dim = repeats, dim
+        self.swapped = False  # $repeats listed before $input
 
     @classmethod
     def from_operator(cls, op, ctx):
+        if not op.has_param("repeats"):
+            if len(op.inputs) < 2:
+                raise LayerParameterError(f"{op.where}: repeats is neither a parameter nor an input")
+            layer = cls(ctx, None, op.param("dim", int, None))
+            layer.swapped = input_slots(op, ("input", "repeats")).get("repeats") == 0
+            layer.data_dependent_shape = True  # the output's length is the counts' sum
+            return layer
         raw = op.param("repeats")
         if isinstance(raw, (list, tuple)):
             reps = op.param("repeats", (int,))
@@ -940,12 +950,37 @@ class RepeatInterleave(ShapeLayer):
             repeats = op.param("repeats", int)
         return cls(ctx, repeats, op.param("dim", int, None))
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, reps: Any = None) -> Any:
         xp = self.xp
+        if self.swapped:
+            x, reps = reps, x
+        repeats = self.repeats if reps is None else self._runtime_repeats(reps)
         if self.dim is None:
-            return xp.repeat(xp.reshape(x, (-1,)), self.repeats, axis=0)
-        d = norm_dim(self.dim, x.ndim, self.who)
-        return xp.repeat(x, self.repeats, axis=d)
+            x, d = xp.reshape(x, (-1,)), 0
+        else:
+            d = norm_dim(self.dim, x.ndim, self.who)
+        if not isinstance(repeats, int) and repeats.shape[0] not in (1, x.shape[d]):
+            raise ShapeError(f"{self.who}: {repeats.shape[0]} repeats for {x.shape[d]} elements along dim "
+                             f"{'(flattened)' if self.dim is None else d}")
+        return xp.repeat(x, repeats, axis=d)
+
+    def _runtime_repeats(self, reps: Any) -> Any:
+        """A repeats operand as an int or a 1-D int64 array of counts >= 0."""
+        xp = self.xp
+        if not hasattr(reps, "shape"):  # a python int or list from an expression
+            vals = runtime_ints(reps, self.who, "repeats")
+            reps = vals[0] if isinstance(reps, int) else xp.asarray(list(vals), dtype=xp.int64)
+        elif "int" not in str(reps.dtype):
+            raise ShapeError(f"{self.who}: repeats must be integers, found {reps.dtype}")
+        elif len(reps.shape) == 0:
+            reps = int(reps)
+        elif len(reps.shape) != 1:
+            raise ShapeError(f"{self.who}: repeats must be a scalar or 1-D, found shape {tuple(reps.shape)}")
+        else:
+            reps = xp.astype(reps, xp.int64)
+        if isinstance(reps, int) and reps < 0 or not isinstance(reps, int) and bool(xp.any(reps < 0)):
+            raise ShapeError(f"{self.who}: repeats must be >= 0")
+        return reps
 
 
 @register("torch.roll", "Tensor.roll")
