@@ -106,6 +106,10 @@ CASES = {
                          nn.EmbeddingBag(10, 4, mode="max")),
                       (torch.tensor([[1, 2, 4], [2, 2, 2], [9, 0, 2]]),),  # (the middle bag is all padding)
                       {"aten::embedding_bag", "aten::numel"}),
+    # mode sum without padding_idx: torch's offset2bag is empty, per-sample weights
+    "embedding_bag_sum": (Fn(lambda s, ids, w: (s.m[0](ids), s.m[0](ids, per_sample_weights=w)),
+                             nn.EmbeddingBag(10, 4, mode="sum")),
+                          (torch.tensor([[1, 2, 4], [2, 2, 2], [9, 0, 2]]), _r(3, 3, seed=2)), {"aten::embedding_bag"}),
     "bilinear": (Fn(lambda s, a, b: (s.m[0](a, b), s.m[1](a, a)), nn.Bilinear(4, 5, 3), nn.Bilinear(4, 4, 2, bias=False)),
                  (_r(2, 7, 4), _r(2, 7, 5, seed=1)), {"aten::bilinear"}),
     "gru_cell": (Fn(lambda s, x, h: s.m[0](x, h), nn.GRUCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1)),

@@ -389,7 +389,8 @@ class EmbeddingBag(Layer):
     """``nn.EmbeddingBag`` as pnnx leaves it: ``aten::embedding_bag pnnx_22 9 4 weight indices
     offsets scale_grad_by_freq mode sparse per_sample_weights include_last_offset padding_idx``
     (the flags from constant expressions; a 2-D input arrives flattened, with offsets from
-    ``torch.arange``), results (output, offset2bag, bag_size, max_indices). Modes 0 sum, 1 mean,
+    ``torch.arange``), results (output, offset2bag, bag_size, max_indices: torch's, shapes and
+    quirks included: mode sum without padding_idx gives an empty offset2bag). Modes 0 sum, 1 mean,
     2 max; entries equal to ``padding_idx`` are left out of their bag; an empty bag gives zeros.
     Bags are reduced through a (bags, indices) membership matrix: one product for sum and mean.
     (pnnx 20261020 writes no file for a call with explicit offsets; the 2-D form exports.)"""
@@ -425,7 +426,8 @@ class EmbeddingBag(Layer):
         pos = xp.arange(length, dtype=xp.int64, device=self.device)
         bag_of = xp.searchsorted(offs, pos, side="right") - 1  # offset2bag
         member = bag_of[None, :] == xp.arange(bags, dtype=xp.int64, device=self.device)[:, None]
-        if padding_idx is not None and to_int(padding_idx, "padding_idx") >= 0:
+        padded = padding_idx is not None and to_int(padding_idx, "padding_idx") >= 0
+        if padded:
             member = member & (idx != to_int(padding_idx, "padding_idx"))[None, :]
         rows = xp.take(weight, idx, axis=0)  # (L, E)
         if psw is not None:
@@ -444,6 +446,10 @@ class EmbeddingBag(Layer):
             out = self.matmul(xp.astype(member, rows.dtype), rows)
             if mode == 1:
                 out = out / xp.reshape(xp.astype(xp.clip(count, min=1), rows.dtype), (-1, 1))
-            extra = xp.zeros((bags,), dtype=xp.int64, device=self.device)
+            # torch's auxiliary results: mean repeats bag_size as max_indices, sum leaves both zero
+            count = count if mode == 1 else xp.zeros_like(count)
+            extra = count
+        if mode == 0 and not padded:
+            bag_of = xp.zeros((0,), dtype=xp.int64, device=self.device)  # torch leaves offset2bag empty
         results = (out, bag_of, count, extra)
         return results[0] if self.n_out == 1 else results[:self.n_out]
