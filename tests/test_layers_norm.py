@@ -259,3 +259,29 @@ def test_norm_export_matches_torch(norm_export, model_backend):
         assert t in text, f"pnnx no longer emits {t}"
     require_types(param)
     compare_graph(param, model_backend, module, inputs)
+
+
+class AtenInstanceNormModule(nn.Module):
+    """What pnnx leaves as ``aten::instance_norm``: F.instance_norm with running statistics
+    (use_input_stats=False), and a freshly made nn.InstanceNorm2d that tracks them."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("rm", torch.randn(4))
+        self.register_buffer("rv", torch.rand(4) + 0.5)
+        self.w = nn.Parameter(torch.randn(4))
+        self.b = nn.Parameter(torch.randn(4))
+        self.fresh = nn.InstanceNorm2d(4, affine=True, track_running_stats=True)
+
+    def forward(self, x):
+        return (F.instance_norm(x, self.rm, self.rv, self.w, self.b, use_input_stats=False, eps=1e-3),
+                self.fresh(x) * 2, F.instance_norm(x, self.rm, self.rv, None, self.b, use_input_stats=False))
+
+
+def test_aten_instance_norm_matches_torch(model_backend, tmp_path):
+    torch.manual_seed(0)
+    module = AtenInstanceNormModule().eval()
+    inputs = (torch.randn(2, 4, 6, 5) * 2 + 1,)
+    param = export_module(module, inputs, tmp_path)
+    assert "aten::instance_norm" in param.read_text(), "pnnx no longer leaves aten::instance_norm"
+    compare_graph(param, model_backend, module, inputs)

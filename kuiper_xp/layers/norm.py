@@ -28,7 +28,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, FusesActivation, Layer
-from .misc import input_slots, is_float
+from .misc import input_slots, is_float, to_float, to_int
 from .registry import register
 
 
@@ -264,6 +264,53 @@ class InstanceNorm(FusesActivation, _NormBase):
         if b is not None:
             y = y + xp.reshape(b, cshape)
         return self._activate(y if y.dtype == x.dtype else xp.astype(y, x.dtype))
+
+
+@register("aten::instance_norm")
+class AtenInstanceNorm(Layer):
+    """``aten::instance_norm`` as pnnx leaves it (``F.instance_norm(use_input_stats=False)``, an
+    ``nn.InstanceNorm2d`` whose running statistics it could not fold): inputs (input, weight,
+    bias, running_mean, running_var, use_input_stats, momentum, eps, cudnn_enabled), any of the
+    four tensors None. With ``use_input_stats`` the statistics of each (sample, channel) over its
+    positions, else the running ones; then the optional affine."""
+
+    def __init__(self, ctx: BuildContext, where: str):
+        super().__init__(ctx)
+        self.where = where
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 9:
+            raise LayerParameterError(f"{op.where}: expected 9 inputs (input, weight, bias, running_mean, "
+                                      f"running_var, use_input_stats, momentum, eps, cudnn_enabled), found {len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def forward(self, x, w, b, mean, var, use_input_stats, _momentum, eps, _cudnn) -> Any:
+        xp = self.xp
+        if x.ndim < 2:
+            raise ShapeError(f"{self.where}: instance norm needs an (N, C, ...) input, found {tuple(x.shape)}")
+        c = x.shape[1]
+        for name, t in (("weight", w), ("bias", b), ("running_mean", mean), ("running_var", var)):
+            if t is not None and tuple(t.shape) != (c,):
+                raise ShapeError(f"{self.where}: {name} has shape {tuple(t.shape)}, expected ({c},) for "
+                                 f"an input of {c} channels")
+        cshape = (1, c) + (1,) * (x.ndim - 2)
+        eps = to_float(eps, f"{self.where}: eps")
+        if bool(to_int(use_input_stats, f"{self.where}: use_input_stats")):
+            axes = tuple(range(2, x.ndim))
+            m = xp.mean(x, axis=axes, keepdims=True)
+            d = x - m
+            y = d / xp.sqrt(xp.mean(d * d, axis=axes, keepdims=True) + eps)
+        else:
+            if mean is None or var is None:
+                raise ShapeError(f"{self.where}: use_input_stats=False needs running_mean and running_var")
+            y = (x - xp.reshape(xp.astype(mean, x.dtype), cshape)) / xp.sqrt(
+                xp.reshape(xp.astype(var, x.dtype), cshape) + eps)
+        if w is not None:
+            y = y * xp.reshape(xp.astype(w, x.dtype), cshape)
+        if b is not None:
+            y = y + xp.reshape(xp.astype(b, x.dtype), cshape)
+        return y
 
 
 @register("F.normalize")
