@@ -174,3 +174,51 @@ def test_outputs_are_checked_against_the_annotations_on_every_shape(tmp_path):
     g = kuiper_xp.load(p, backend="numpy")
     with pytest.raises(ShapeError, match="has dtype float32, the model declares float16"):
         g(x2)
+
+
+class SharedModules(nn.Module):
+    """Modules called several times (pnnx writes a copy of their weights per call), two
+    LayerNorms equal by construction, and a Linear equal to the shared one but for one weight
+    (which must stay apart)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+        self.lin = nn.Linear(16, 16)
+        self.ln_a, self.ln_b = nn.LayerNorm(16), nn.LayerNorm(16)
+        self.near = nn.Linear(16, 16)
+        with torch.no_grad():
+            self.near.weight.copy_(self.lin.weight)
+            self.near.weight[7, 5] += 0.25  # a value the fingerprint's sample does not see
+            self.near.bias.copy_(self.lin.bias)
+
+    def forward(self, x):
+        for _ in range(3):
+            x = torch.relu(self.conv(x)) + x
+        t = x.flatten(2)  # (N, 3, 16)
+        for _ in range(4):
+            t = self.ln_a(torch.tanh(self.lin(t)) + t)
+        return self.ln_b(self.near(t)), t
+
+
+def test_equal_weights_are_shared(backend, tmp_path):
+    from kuiper_xp.layers.conv import Convolution as Conv
+    from kuiper_xp.layers.linear import Linear
+
+    torch.manual_seed(0)
+    m = SharedModules().eval()
+    x = torch.randn(2, 3, 4, 4)
+    param = export_torch(m, (x,), tmp_path)
+    assert param.read_text().count("nn.Linear") == 5, "pnnx no longer writes a Linear per call"
+    g = kuiper_xp.load(param, backend=backend)
+    for got, want in zip(g(x.numpy()), torch_outputs(m, (x,))):
+        assert_close(kuiper_xp.to_numpy(got), want, rtol=1e-5)
+    lins = [r.layer for r in g.operators if isinstance(r.layer, Linear)]
+    weights = {id(lin.weight_t) for lin in lins}
+    assert len(lins) == 5 and len(weights) == 2  # the four calls share one, `near` keeps its own
+    assert g.shared_weights >= 3 + 3 + 2  # linear weights and biases, two conv copies, ln_b
+    if backend == "numpy":
+        convs = [r.layer for r in g.operators if isinstance(r.layer, Conv)]
+        assert len(convs) == 3 and len({id(c._plan) for c in convs}) == 1
+        with pytest.raises(ValueError, match="read-only"):
+            convs[0].weight[0, 0, 0, 0] = 1.0

@@ -142,7 +142,7 @@ class MultiheadAttention(Layer):
             if fast_pack is None:
                 return xp.matrix_transpose(a)
             ctx.forget(op.weight_ref(name))
-            return fast_pack(a)
+            return ctx.derived("pack_linear", a, fast_pack, lambda wt: wt.T)
 
         w: dict[str, Any] = {}
         if op.weight_ref("in_proj_weight") is not None:

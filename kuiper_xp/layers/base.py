@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
     from kuiper_xp.backends import Backend
@@ -22,17 +23,77 @@ class BuildContext:
         #: splits it over its threads inside a forward pass), else the namespace's
         self.matmul = getattr(backend.fast, "matmul", None) or backend.xp.matmul
         self._weights: dict[int, Any] = {}
+        #: weights read so far, by a sample of their contents: pnnx writes a module called
+        #: several times (ALBERT's shared layer, a cell stepped through time, a Siamese branch)
+        #: as that many operators with a copy of its weights each; equal copies become one array
+        self._seen: dict[tuple, list[weakref.ref]] = {}
+        self._derived: dict[tuple, list[tuple[Any, Any]]] = {}
+        self._memo: dict[tuple, tuple[Any, tuple]] = {}
+        #: how many weights were found equal to one read earlier (and share its array)
+        self.shared_weights = 0
 
     def weight(self, ref: WeightRef, dtype: str | None = None) -> Any:
-        """The weight as a backend array on the device, read from the .bin at most once."""
+        """The weight as a backend array on the device, read from the .bin at most once; a weight
+        equal to one read before (same shape, dtype and values) is that same array."""
         key = id(ref)
         arr = self._weights.get(key)
         if arr is None:
-            arr = self.backend.asarray(ref.numpy())
+            host = ref.numpy()
+            fp = _fingerprint(host)
+            arr = self._earlier(fp, host)
+            if arr is None:
+                arr = self.backend.asarray(host)
+                if getattr(arr, "flags", None) is not None and hasattr(arr.flags, "writeable"):
+                    arr.flags.writeable = False  # it may be shared: no layer writes into a weight
+                try:
+                    self._seen.setdefault(fp, []).append(weakref.ref(arr))
+                except TypeError:  # an array type without weak references: not shared
+                    pass
+            else:
+                self.shared_weights += 1
             self._weights[key] = arr
         if dtype is not None and str(arr.dtype).rsplit(".", 1)[-1] != dtype:
             arr = self.xp.astype(arr, getattr(self.xp, dtype))
         return arr
+
+    def _earlier(self, fp: tuple, host: Any) -> Any:
+        from kuiper_xp.backends import to_numpy
+
+        for wr in self._seen.get(fp, ()):
+            a = wr()
+            if a is not None and _equal(to_numpy(a), host):
+                return a
+        return None
+
+    def memo(self, key: tuple, make: Callable[[], Any], *alive: Any) -> Any:
+        """``make()``, once per ``key`` during this build: for things made from arrays named in
+        the key by ``id`` (pass those arrays as ``alive``: the memo holds them, so their ids
+        cannot be reused by other arrays while it lasts)."""
+        hit = self._memo.get(key)
+        if hit is not None:
+            self.shared_weights += 1
+            return hit[0]
+        result = make()
+        self._memo[key] = (result, alive)
+        return result
+
+    def derived(self, tag: Any, source: Any, make: Callable[[Any], Any], source_of: Callable[[Any], Any]) -> Any:
+        """``make(source)``, or the result made earlier (with the same ``tag``) from a source
+        equal to this one: layers share a re-laid-out weight (a transposed, packed copy) as
+        :meth:`weight` shares the raw ones, even after the raw array was forgotten.
+        ``source_of(result)`` must give back (a view equal to) the source a result was made
+        from: it is what an equal source is compared with."""
+        from kuiper_xp.backends import to_numpy
+
+        host = to_numpy(source)
+        key = (tag,) + _fingerprint(host)
+        for result, inverse in self._derived.get(key, ()):
+            if _equal(to_numpy(inverse(result)), host):
+                self.shared_weights += 1
+                return result
+        result = make(source)
+        self._derived.setdefault(key, []).append((result, source_of))
+        return result
 
     def forget(self, ref: WeightRef | None) -> None:
         """Drop ``ref``'s array from the cache (a layer that keeps only a re-laid-out copy: the
@@ -52,6 +113,29 @@ class BuildContext:
     def release(self) -> None:
         """Drop the weight cache once layers have taken what they need."""
         self._weights.clear()
+        self._seen.clear()
+        self._derived.clear()
+        self._memo.clear()
+
+
+def _fingerprint(host: Any) -> tuple:
+    """Shape, dtype and a few dozen values spread over a host array: equal arrays have equal
+    fingerprints; unequal ones almost never do (then :func:`_equal` tells them apart)."""
+    flat = host.reshape(-1)
+    step = max(1, flat.shape[0] // 32)
+    return (tuple(host.shape), str(host.dtype), flat[::step][:33].tobytes(), flat[-3:].tobytes())
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """Same shape, dtype and bytes (NaN weights equal themselves; -0.0 and 0.0 differ)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes() if a.size < 4096 else (
+        a.shape == b.shape and a.dtype == b.dtype and bool((a.reshape(-1).view(_bits(a.dtype))
+                                                            == b.reshape(-1).view(_bits(b.dtype))).all()))
+
+
+def _bits(dtype: Any) -> str:
+    """An unsigned integer dtype of ``dtype``'s size (to compare floats bit for bit)."""
+    return {1: "u1", 2: "u2", 4: "u4", 8: "u8"}.get(dtype.itemsize, "u1")
 
 
 class Layer:

@@ -166,9 +166,13 @@ class Convolution(_ConvBase):
         self.input_hw = input_hw
         self.channels_last_out = False  # set by the runtime: the consumer reads channels-last
         if weight is not None and ctx.fast is not None and hasattr(ctx.fast, "conv2d_plan"):
-            self._plan = ctx.fast.conv2d_plan(
-                weight, bias, stride=stride, dilation=dilation, groups=groups,
-                pads=pads if padding_mode == "zeros" else ((0, 0), (0, 0)), input_hw=input_hw)
+            plan_pads = pads if padding_mode == "zeros" else ((0, 0), (0, 0))
+            # one plan (packed or transformed weights) for convolutions with the same weights
+            # (a module called several times: ctx.weight returns equal weights as one array)
+            self._plan = ctx.memo(
+                ("conv2d_plan", id(weight), id(bias), stride, dilation, groups, plan_pads, input_hw),
+                lambda: ctx.fast.conv2d_plan(weight, bias, stride=stride, dilation=dilation, groups=groups,
+                                             pads=plan_pads, input_hw=input_hw), weight, bias)
 
     @classmethod
     def from_operator(cls, op, ctx):

@@ -55,9 +55,11 @@ class Linear(FusesActivation, Layer):
             fast_pack = getattr(ctx.fast, "pack_linear", None)
             if fast_pack is not None:  # (numpy: a contiguous W^T; the read weight is dropped)
                 ctx.forget(op.weight_ref("weight"))
-                weight_t = fast_pack(w)
+                weight_t = ctx.derived("pack_linear", w, fast_pack, lambda wt: wt.T)
             else:
-                weight_t = ctx.xp.permute_dims(w, (1, 0))
+                xp = ctx.xp
+                weight_t = ctx.derived("linear_t", w, lambda a: xp.permute_dims(a, (1, 0)),
+                                       lambda wt: xp.permute_dims(wt, (1, 0)))
         if "bias" not in slots:
             bias = op.weight("bias", ctx, optional=True)
             if op.param("bias", None, default=None) is True and bias is None:

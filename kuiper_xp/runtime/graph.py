@@ -150,6 +150,7 @@ class Graph:
         self.inputs: list[TensorSpec] = []
         self.outputs: list[TensorSpec] = []
         self.last_profile: list[tuple[str, str, float]] = []
+        self.shared_weights = 0  # set by build(): see there
         self._lock = threading.Lock()
         self._slots: dict[str, int] = {}
         self._input_ids: list[int] = []
@@ -253,6 +254,9 @@ class Graph:
         ctx = BuildContext(self.backend)
         for r in compute:
             r.layer = registry.create(r.op, ctx)
+        #: weights found equal to one read before, which share its array (pnnx writes a module
+        #: called several times with a copy of its weights per call)
+        self.shared_weights = ctx.shared_weights
         ctx.release()
         outputs_of: dict[int, list[Operand]] = {id(r): list(r.op.outputs) for r in compute}
         inputs_of: dict[int, list[Operand]] = {id(r): list(r.op.inputs) for r in compute}
