@@ -89,7 +89,7 @@ CASES = {
     **{f"grid_{mode}_{pad}_{int(align)}": (
         Fn(lambda s, x, g, mode=mode, pad=pad, align=align: F.grid_sample(x, g, mode, pad, align)),
         (_r(2, 3, 5, 7), torch.rand(2, 4, 6, 2, generator=_g(1)) * 3 - 1.5), {"F.grid_sample"})
-       for mode in ("bilinear", "nearest") for pad in ("zeros", "border", "reflection") for align in (False, True)},
+       for mode in ("bilinear", "nearest", "bicubic") for pad in ("zeros", "border", "reflection") for align in (False, True)},
     "stn": (Fn(lambda s, x, t: F.grid_sample(x, F.affine_grid(t, (2, 3, 6, 5), align_corners=False),
                                               align_corners=False)),
             (_r(2, 3, 8, 8), torch.tensor([[[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]], [[1.0, 0.0, 0.5], [0.0, 0.5, -0.3]]])),

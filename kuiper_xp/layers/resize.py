@@ -346,10 +346,21 @@ def _reflect(xp: Any, c: Any, twice_low: int, twice_high: int) -> Any:
     return xp.where(odd, span - extra, extra) + lo
 
 
+def _cubic_weights(t: Any, a: float = -0.75) -> tuple[Any, Any, Any, Any]:
+    """torch's cubic convolution weights of the taps at -1, 0, 1, 2 for a fraction ``t``."""
+    u = 1 - t
+    w0 = ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a
+    w1 = ((a + 2) * t - (a + 3)) * t * t + 1
+    w2 = ((a + 2) * u - (a + 3)) * u * u + 1
+    w3 = ((a * (u + 1) - 5 * a) * (u + 1) + 8 * a) * (u + 1) - 4 * a
+    return w0, w1, w2, w3
+
+
 @register("F.grid_sample")
 class GridSample(Layer):
     """``F.grid_sample(input, grid)`` for 4-D inputs: ``grid`` (N, Ho, Wo, 2) holds (x, y) in
-    [-1, 1]; modes ``bilinear`` and ``nearest`` (round half to even, as torch); padding
+    [-1, 1]; modes ``bilinear``, ``nearest`` (round half to even, as torch) and ``bicubic``
+    (torch's cubic convolution, A = -0.75, over 4x4 taps each padded on its own); padding
     ``zeros``, ``border`` or ``reflection``; ``align_corners`` either way. pnnx: ``F.grid_sample
     ... align_corners=False mode=bilinear padding_mode=zeros $input=0 $grid=1``."""
 
@@ -361,8 +372,9 @@ class GridSample(Layer):
     def from_operator(cls, op, ctx):
         mode = op.param("mode", str, "bilinear")
         padding = op.param("padding_mode", str, "zeros")
-        if mode not in ("bilinear", "nearest"):
-            raise LayerParameterError(f"{op.where}: grid_sample mode {mode!r} is not supported (bilinear, nearest)")
+        if mode not in ("bilinear", "nearest", "bicubic"):
+            raise LayerParameterError(f"{op.where}: grid_sample mode {mode!r} is not supported (bilinear, nearest, "
+                                      "bicubic)")
         if padding not in ("zeros", "border", "reflection"):
             raise LayerParameterError(f"{op.where}: padding_mode {padding!r} is not supported")
         pos = input_slots(op, ("input", "grid"))
@@ -371,8 +383,14 @@ class GridSample(Layer):
         return cls(ctx, mode, padding, op.param("align_corners", bool, False) or False, pos, op.where)
 
     def _source(self, g: Any, size: int) -> Any:
+        return self._pad(self._unnormalize(g, size), size)
+
+    def _unnormalize(self, g: Any, size: int) -> Any:
+        return (g + 1) / 2 * (size - 1) if self.align else ((g + 1) * size - 1) / 2
+
+    def _pad(self, c: Any, size: int) -> Any:
+        """A source coordinate moved inside by the padding mode (zeros: left as it is)."""
         xp = self.xp
-        c = (g + 1) / 2 * (size - 1) if self.align else ((g + 1) * size - 1) / 2
         if self.padding == "border":
             c = xp.clip(c, 0, size - 1)
         elif self.padding == "reflection":
@@ -402,6 +420,21 @@ class GridSample(Layer):
 
         if self.mode == "nearest":
             y = tap(xp.round(iy), xp.round(ix))
+        elif self.mode == "bicubic":
+            # as torch: the unpadded source position, then each of the 4x4 taps padded on its own
+            ux = self._unnormalize(xp.reshape(grid[..., 0], (n, ho * wo)), w)
+            uy = self._unnormalize(xp.reshape(grid[..., 1], (n, ho * wo)), h)
+            x0, y0 = xp.floor(ux), xp.floor(uy)
+            wx, wy = _cubic_weights(ux - x0), _cubic_weights(uy - y0)
+            y = None
+            for i in range(4):
+                yy = self._pad(y0 + (i - 1), h)
+                row = None
+                for j in range(4):
+                    t = tap(yy, self._pad(x0 + (j - 1), w)) * wx[j][:, None, :]
+                    row = t if row is None else row + t
+                t = row * wy[i][:, None, :]
+                y = t if y is None else y + t
         else:
             x0, y0 = xp.floor(ix), xp.floor(iy)
             wx, wy = (ix - x0)[:, None, :], (iy - y0)[:, None, :]
