@@ -292,3 +292,23 @@ def test_numpy_fast_pixel_shuffle_and_unshuffle(monkeypatch, shape, r):
             np.testing.assert_array_equal(back, x)
     finally:
         nf.set_num_threads(old)
+
+
+class Antialias(nn.Module):
+    """F.interpolate(antialias=True), which pnnx leaves as aten::_upsample_*2d_aa: shrinking
+    (the filter stretched) and growing, by size and by scale factor, align_corners either way."""
+
+    def forward(self, x):
+        return (F.interpolate(x, size=(6, 7), mode="bilinear", antialias=True),
+                F.interpolate(x, size=(5, 11), mode="bicubic", antialias=True),
+                F.interpolate(x, scale_factor=0.3, mode="bilinear", antialias=True, align_corners=True),
+                F.interpolate(x, size=(20, 9), mode="bicubic", antialias=True, align_corners=True),
+                F.interpolate(x, scale_factor=(0.5, 1.5), mode="bilinear", antialias=True))
+
+
+def test_interpolate_antialias_matches_torch(model_backend, tmp_path):
+    x = torch.from_numpy(np.random.default_rng(7).standard_normal((2, 3, 17, 16)).astype(np.float32))
+    param = export_module(Antialias(), (x,), tmp_path)
+    text = param.read_text()
+    assert "aten::_upsample_bilinear2d_aa" in text and "aten::_upsample_bicubic2d_aa" in text
+    compare_graph(param, model_backend, Antialias(), (x,))

@@ -52,7 +52,9 @@ def _f32(v: float) -> float:
 _CUBIC_A = -0.75
 
 
-def _cubic_weights(t: float) -> tuple[float, float, float, float]:
+def _cubic_weights(t: Any) -> tuple[Any, Any, Any, Any]:
+    """torch's cubic convolution weights (A = -0.75) of the taps at -1, 0, 1, 2 for a fraction
+    ``t`` (a float, or an array of them)."""
     a = _CUBIC_A
 
     def cc1(x: float) -> float:
@@ -141,6 +143,100 @@ def axis_taps(mode: str, n_in: int, n_out: int, align_corners: bool,
             return None
         return taps
     raise ValueError(mode)
+
+
+def aa_axis_matrix(cubic: bool, n_in: int, n_out: int, align_corners: bool, scale: float | None) -> list[list[float]]:
+    """torch's antialiased resampling weights along one axis (``_compute_weights_aa``), as an
+    (n_out, n_in) matrix: a triangle (bilinear) or Keys cubic (a = -0.5, bicubic) filter
+    stretched by the scale when shrinking, each row normalised to sum 1."""
+    interp = 4 if cubic else 2
+    if align_corners:
+        s = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+    else:
+        s = 1.0 / scale if scale is not None and scale > 0 else n_in / n_out
+    support = interp * 0.5 * s if s >= 1.0 else interp * 0.5
+    inv = 1.0 / s if s >= 1.0 else 1.0
+
+    def filt(x: float) -> float:
+        x = abs(x)
+        if not cubic:
+            return max(0.0, 1.0 - x)
+        a = -0.5
+        if x < 1.0:
+            return ((a + 2) * x - (a + 3)) * x * x + 1
+        if x < 2.0:
+            return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return 0.0
+
+    rows = []
+    for i in range(n_out):
+        center = s * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), n_in)
+        ws = [filt((j - center + 0.5) * inv) for j in range(lo, hi)]
+        total = sum(ws)
+        row = [0.0] * n_in
+        for j, w in zip(range(lo, hi), ws):
+            row[j] = w / total if total != 0.0 else w
+        rows.append(row)
+    return rows
+
+
+@register("aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa")
+class InterpolateAntialias(Layer):
+    """``F.interpolate(..., mode='bilinear'|'bicubic', antialias=True)`` as pnnx leaves it:
+    ``aten::_upsample_bilinear2d_aa`` (input, output_size, align_corners, scales_h, scales_w), or
+    with one list of scale factors (input, output_size, align_corners, scale_factors).
+    Separable: one (Ho, H) and one (Wo, W) weight matrix (torch's filter and support, per
+    :func:`aa_axis_matrix`; made once per sizes), applied as two matrix products."""
+
+    def __init__(self, ctx: BuildContext, cubic: bool, where: str):
+        super().__init__(ctx)
+        self.cubic, self.where = cubic, where
+        self._mats: dict[tuple, tuple[Any, Any]] = {}
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) not in (4, 5):
+            raise LayerParameterError(f"{op.where}: expected inputs (input, output_size, align_corners, "
+                                      f"scales_h, scales_w) or (input, output_size, align_corners, "
+                                      f"scale_factors), found {len(op.inputs)}")
+        return cls(ctx, op.type.endswith("bicubic2d_aa"), op.where)
+
+    def forward(self, x: Any, size: Any, align: Any, scale_h: Any, scale_w: Any = ...) -> Any:
+        xp = self.xp
+        if scale_w is ...:  # the .vec form: one list of scale factors
+            scales = scale_h
+            if scales is None:
+                scale_h = scale_w = None
+            else:
+                scale_h, scale_w = (float(v) for v in (scales if len(scales) == 2 else list(scales) * 2))
+        if x.ndim != 4:
+            raise ShapeError(f"{self.where}: expected an (N, C, H, W) input, found {tuple(x.shape)}")
+        if not xp.isdtype(x.dtype, "real floating"):
+            raise ShapeError(f"{self.where}: antialiased resampling needs a float input, found {x.dtype}")
+        h, w = x.shape[2], x.shape[3]
+        sh = None if scale_h is None else float(scale_h)
+        sw = None if scale_w is None else float(scale_w)
+        if size is not None:
+            ho, wo = runtime_ints(size, self.where, "output_size")
+        elif sh is not None and sw is not None:
+            ho, wo = math.floor(h * sh), math.floor(w * sw)
+        else:
+            raise ShapeError(f"{self.where}: needs output_size or both scales")
+        if ho <= 0 or wo <= 0:
+            raise ShapeError(f"{self.where}: output size ({ho}, {wo}) must be positive")
+        ac = bool(align) if align is not None else False
+        key = (h, w, ho, wo, ac, sh, sw, x.dtype)
+        mats = self._mats.get(key)
+        if mats is None:
+            if len(self._mats) >= 8:
+                self._mats.clear()
+            mh = xp.asarray(aa_axis_matrix(self.cubic, h, ho, ac, sh), dtype=x.dtype, device=self.device)
+            mw = xp.asarray(aa_axis_matrix(self.cubic, w, wo, ac, sw), dtype=x.dtype, device=self.device)
+            mats = self._mats[key] = (mh, xp.permute_dims(mw, (1, 0)))
+        mh, mwt = mats
+        return xp.matmul(mh, xp.matmul(x, mwt))
 
 
 _MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
@@ -344,16 +440,6 @@ def _reflect(xp: Any, c: Any, twice_low: int, twice_high: int) -> Any:
     extra = c - flips * span
     odd = (flips - 2 * xp.floor(flips / 2)) != 0
     return xp.where(odd, span - extra, extra) + lo
-
-
-def _cubic_weights(t: Any, a: float = -0.75) -> tuple[Any, Any, Any, Any]:
-    """torch's cubic convolution weights of the taps at -1, 0, 1, 2 for a fraction ``t``."""
-    u = 1 - t
-    w0 = ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a
-    w1 = ((a + 2) * t - (a + 3)) * t * t + 1
-    w2 = ((a + 2) * u - (a + 3)) * u * u + 1
-    w3 = ((a * (u + 1) - 5 * a) * (u + 1) + 8 * a) * (u + 1) - 4 * a
-    return w0, w1, w2, w3
 
 
 @register("F.grid_sample")
