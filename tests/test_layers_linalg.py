@@ -258,3 +258,10 @@ def test_einsum_diagonal_sizes_must_match(backend):
         layer(_arr(backend, 3, 4))
     empty = layer(_arr(backend, 0, 0))
     assert tuple(empty.shape) == (0,)
+
+
+def test_einsum_term_too_short_names_pnnx_ellipsis(backend):
+    """pnnx writes '...chw,cd->...dhw' as 'ljk,li->ijk': the error says what happened."""
+    layer = make_layer(backend, "torch.einsum es 2 1 0 1 2 equation=ljk,li->ijk", 2)
+    with pytest.raises(ShapeError, match=r"einsum term 'ljk' does not match a 4-D operand \(pnnx drops the '\.\.\.'"):
+        layer(_arr(backend, 2, 3, 4, 5), _arr(backend, 3, 6))

@@ -495,7 +495,9 @@ def _parse_einsum(eq: str, ndims: list[int], where: str) -> tuple[list[str], str
             n = nd - (len(t) - 3)
             t = t.replace("...", ell[ell_len - n:] if n else "")
         if len(t) != nd or not t.isalpha():
-            raise ShapeError(f"{where}: einsum term {t!r} does not match a {nd}-D operand")
+            hint = (" (pnnx drops the '...' of an einsum equation and renames its letters: write the "
+                    "subscripts out in the model)" if len(t) < nd and "..." not in eq else "")
+            raise ShapeError(f"{where}: einsum term {t!r} does not match a {nd}-D operand{hint}")
         out_terms.append(t)
     if arrow:
         out = rhs.replace("...", ell)
