@@ -171,6 +171,7 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
 
         mod_spec = importlib.util.spec_from_file_location(f"kuiper_bench_user_{digest}", file)
         module = importlib.util.module_from_spec(mod_spec)
+        torch.manual_seed(0)  # the file runs again for each build: tensors drawn at import agree too
         mod_spec.loader.exec_module(module)
         factory = getattr(module, attr, None)
         if factory is None:
