@@ -3851,7 +3851,7 @@ def fuse_expression_declines(shape: Any) -> bool:
 def fuse_expression(tree: Any) -> FusedExpression | None:
     """A :class:`FusedExpression` for the parsed expression ``tree``, or None where any call is
     outside :data:`_FUSE_BINARY` / :data:`_FUSE_UNARY` (or ``add``/``sub`` with alpha,
-    ``reciprocal``, ``rsqrt``), a literal is not an int/float, a call has only literals, the
+    ``reciprocal``, ``rsqrt``, ``pow`` by 2, 3, 0.5, -0.5, -1 or -2), a literal is not an int/float, a call has only literals, the
     tree reads no input, or it is a single add/sub/mul of two inputs (that is
     :func:`binary`'s)."""
     steps: list = []
@@ -3861,9 +3861,11 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
     n_tmp = [0]
     calls = [0]
 
-    def emit(ufunc, args: list) -> tuple:
-        for kind, v in args:
-            if kind == 2:
+    def emit(ufunc, args: list, keep: tuple = ()) -> tuple:
+        """A step; the slots of the step results it reads are free again after it (but for
+        those in ``keep``, read again later)."""
+        for kind, v in dict.fromkeys(args):
+            if kind == 2 and (kind, v) not in keep:
                 free.append(slots[v])
         if free:
             slot = free.pop()
@@ -3886,6 +3888,21 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
         if calls[0] > FUSE_MAX_CALLS or all(a.kind == "const" for a in node.args):
             return None
         name, args = node.value, node.args
+        if name == "pow" and len(args) == 2 and args[1].kind == "const" and type(args[1].value) in (
+                int, float) and args[1].value in (2, 3, 0.5, -0.5, -1, -2):
+            x = walk(args[0])  # the evaluator's (and torch's) forms of these powers
+            if x is None:
+                return None
+            e = args[1].value
+            if e in (2, 3, -2):
+                sq = emit(np.multiply, [x, x], keep=(x,) if e == 3 else ())
+                return (emit(np.multiply, [sq, x]) if e == 3 else sq if e == 2
+                        else emit(np.divide, [(1, 1.0), sq]))
+            if e == 0.5:
+                return emit(np.sqrt, [x])
+            if e == -0.5:
+                return emit(np.divide, [(1, 1.0), emit(np.sqrt, [x])])
+            return emit(np.divide, [(1, 1.0), x])
         if name in ("add", "sub") and len(args) == 3:  # add(a, b, alpha) = a + b * alpha
             a, b, alpha = (walk(n) for n in args)
             if a is None or b is None or alpha is None:

@@ -31,6 +31,13 @@ FUSED = [
     ("mul(tanh(@0),log(abs(@1)))", lambda a, b: torch.tanh(a) * torch.log(b.abs())),
     ("sub(1.0,mul(sin(@0),cos(@1)))", lambda a, b: 1.0 - torch.sin(a) * torch.cos(b)),
     ("mul(@0,0.5)", lambda a: a * 0.5),
+    # powers torch computes by multiplication, sqrt and division (GPT-2's tanh GELU: x ** 3.0),
+    # of inputs and of step results (a value read by two steps of the same power)
+    ("mul(add(@0,mul(pow(@1,3.0),0.044715)),0.797884583)", lambda a, b: (a + b ** 3.0 * 0.044715) * 0.797884583),
+    ("add(pow(add(@0,1.5),3),mul(pow(sub(@1,@0),2),pow(abs(@0),0.5)))",
+     lambda a, b: (a + 1.5) ** 3 + (b - a) ** 2 * a.abs() ** 0.5),
+    ("mul(pow(add(abs(@0),1),-0.5),pow(add(abs(@1),1),-2.0))", lambda a, b: (a.abs() + 1) ** -0.5 * (b.abs() + 1) ** -2.0),
+    ("div(@0,pow(add(abs(@1),0.5),-1))", lambda a, b: a / (b.abs() + 0.5) ** -1),
     # ConvNeXt-V2's GRN: the per-channel factor is a small sub-tree, computed once
     ("add(add(mul(@0,mul(@1,div(@2,add(@3,1.000000e-6)))),@4),@1)",
      lambda g, x, gx, m, b: g * (x * (gx / (m + 1e-6))) + b + x),
@@ -120,7 +127,8 @@ def test_fused_expression_declines_what_it_does_not_cover():
 
 
 def test_not_fused_outside_the_table_or_a_plain_residual_add():
-    for expr in ("fmod(@0,2.0)", "floor_divide(@0,@1)", "size(@0,1)", "add(@0,@1)", "pow(@0,2)", "erf(@0)"):
+    for expr in ("fmod(@0,2.0)", "floor_divide(@0,@1)", "size(@0,1)", "add(@0,@1)", "pow(@0,2.5)", "pow(@0,@1)",
+                 "erf(@0)"):
         layer = make_layer(get_backend("numpy"), "pnnx.Expression", f"expr={expr}", n_in=2 if "@1" in expr else 1)
         assert layer._fused is None, expr
 
