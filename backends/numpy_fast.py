@@ -3546,10 +3546,33 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
 # and is tested against these).
 
 
+#: erf(z) = tanh(z Q(z^2)) on [-4, 4] (erf(4) is 1 in float32), Q's coefficients from the constant
+#: term (2/sqrt(pi), so that small z keep their relative accuracy) up: a weighted least-squares
+#: fit of atanh(erf(z)) / z (float64, minimax by reweighting); evaluated in float32 within
+#: 1.8e-7 of erf on [-8, 8] (2.7e-7 relative for |z| < 1)
+_ERF_Q = (1.1283791670955126, 0.10276880688516304, -0.0001903005817130123, -0.0006214369831852051,
+          8.83063519980248e-05, -5.779750095045538e-06, 1.4818129087644915e-07)
+
+
+def _erf_f32(x: np.ndarray) -> np.ndarray:
+    """erf of a float32 array in 15 passes (Cody's form took 24 ns an element: 9 of torch's 0.13
+    ms for 393 Ki elements)."""
+    z = _uclip(x, -4.0, 4.0)  # (NaN stays NaN; +-inf become +-4, so +-1)
+    t = z * z
+    p = t * np.float32(_ERF_Q[6])
+    p += np.float32(_ERF_Q[5])
+    for c in _ERF_Q[4::-1]:
+        p *= t
+        p += np.float32(c)
+    p *= z
+    np.tanh(p, out=p)
+    return p
+
+
 def expr_erf(x):
-    """torch.erf for a float numpy array: Cody's rational approximation (the same coefficients as
-    ``erf_generic``) with in-place Horner steps; the |x| <= 0.46875 and (float64) |x| > 4 ranges
-    are computed only where they apply."""
+    """torch.erf for a float numpy array: float32 by :func:`_erf_f32`; float64 by Cody's rational
+    approximation (the same coefficients as ``erf_generic``) with in-place Horner steps, the |x|
+    <= 0.46875 and |x| > 4 ranges computed only where they apply."""
     from kuiper_xp.expression.functions import CODY_A, CODY_B, CODY_C, CODY_D, THRESH, _erfc_large
 
     x = np.asarray(x)
@@ -3559,6 +3582,8 @@ def expr_erf(x):
         return expr_erf(x.astype(np.float32)).astype(np.float16)
     if x.dtype.kind != "f":
         x = x.astype(np.float32)
+    if x.dtype == np.float32:
+        return _erf_f32(x)
     dt = x.dtype.type
     with np.errstate(all="ignore"):
         y = np.abs(x)

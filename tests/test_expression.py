@@ -613,3 +613,17 @@ def test_bare_word_read_by_aten_ops_is_a_string_argument(backend):
 def test_bare_word_read_by_other_ops_is_still_an_unknown_name(backend):
     with pytest.raises(ExpressionError, match=r"word.*unknown function 'linear'"):
         _build(_word_feeding("torch.add"), backend)
+
+
+@pytest.mark.parametrize("e", [2, 3, 0.5, -0.5, -1, -2, 4, 5.0, -7, 8, 2.5])
+def test_pow_by_constants_matches_torch(backend, e):
+    """Powers torch computes by products, sqrt and division (2, 3, 0.5, -0.5, -1, -2: the same
+    bits on numpy but for 0.5, which torch 2.13 rounds differently in an element or two), integer
+    ones by repeated squaring (within 4e-7), the rest by pow."""
+    x = _float_data((6, 50)) * 3
+    x = np.abs(x) + 0.25 if e != int(e) else x
+    g = backend.to_numpy(Program(f"pow(@0,{e})", backend.xp, None, None, n_inputs=1).run([backend.asarray(x)]))
+    want = (torch.from_numpy(x) ** e).numpy()
+    if backend.name == "numpy" and e in (2, 3, -0.5, -1, -2):
+        np.testing.assert_array_equal(g, want)
+    assert_close(g, want, rtol=1e-6)

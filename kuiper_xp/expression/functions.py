@@ -207,7 +207,8 @@ def _i64(v: Any, name: str) -> Any:
 
 
 #: torch's own forms of ``pow(x, c)`` for these exponents of a float tensor (ATen's
-#: pow_tensor_scalar_optimized_kernel): the same bits, and no generic pow per element (numpy's
+#: pow_tensor_scalar_optimized_kernel): the same bits (for 0.5 numpy's sqrt, as numpy's own
+#: ``x ** 0.5``, within an ulp of torch's), and no generic pow per element (numpy's
 #: ``x ** 3.0`` took 20 of a GPT-2 block's 40 ms, in its tanh GELU)
 _POW_FORMS = {
     2: lambda xp, a: a * a,
@@ -217,6 +218,22 @@ _POW_FORMS = {
     -1: lambda xp, a: 1.0 / a,
     -2: lambda xp, a: 1.0 / (a * a),
 }
+
+
+def _int_power(a: Any, e: int) -> Any:
+    """``a ** e`` for a float array and an integer 4 <= |e| <= 8 by repeated squaring (at most
+    4e-7 from the exact power, torch's pow 6e-8; numpy's generic power takes ~50 ns an element
+    when the base has negative values: 19.5 ms against torch's 0.5 for x ** 4.0 on 393 Ki)."""
+    result = None
+    sq = a
+    n = abs(e)
+    while n:
+        if n & 1:
+            result = sq if result is None else result * sq
+        n >>= 1
+        if n:
+            sq = sq * sq
+    return 1.0 / result if e < 0 else result
 
 
 def _scalar_pow(a: Any, b: Any) -> Any:
@@ -520,9 +537,11 @@ class ArrayOps:
             c = self.cat(b.dtype if type(b) not in _SCALARS else a.dtype)
         if c == _INT and type(b) not in _SCALARS:
             return self._int_pow(a, b)
-        if type(b) in (int, float) and b in _POW_FORMS and type(a) not in _SCALARS and str(a.dtype).endswith(
-                ("float32", "float64")):
-            return _POW_FORMS[b](self.xp, a)
+        if type(b) in (int, float) and type(a) not in _SCALARS and str(a.dtype).endswith(("float32", "float64")):
+            if b in _POW_FORMS:
+                return _POW_FORMS[b](self.xp, a)
+            if b == int(b) and 4 <= abs(b) <= 8:
+                return _int_power(a, int(b))
         return a ** b
 
     def _int_pow(self, a: Any, b: Any) -> Any:
