@@ -29,6 +29,7 @@ class BuildContext:
         self._seen: dict[tuple, list[weakref.ref]] = {}
         self._derived: dict[tuple, list[tuple[Any, Any]]] = {}
         self._memo: dict[tuple, tuple[Any, tuple]] = {}
+        self._fp: dict[int, tuple[weakref.ref, tuple]] = {}  # id(weight array) -> its fingerprint
         #: how many weights were found equal to one read earlier (and share its array)
         self.shared_weights = 0
 
@@ -46,9 +47,12 @@ class BuildContext:
                 if getattr(arr, "flags", None) is not None and hasattr(arr.flags, "writeable"):
                     arr.flags.writeable = False  # it may be shared: no layer writes into a weight
                 try:
-                    self._seen.setdefault(fp, []).append(weakref.ref(arr))
+                    wr = weakref.ref(arr)
                 except TypeError:  # an array type without weak references: not shared
                     pass
+                else:
+                    self._seen.setdefault(fp, []).append(wr)
+                    self._fp[id(arr)] = (wr, fp)  # (for derived(): no device-to-host copy)
             else:
                 self.shared_weights += 1
             self._weights[key] = arr
@@ -85,10 +89,11 @@ class BuildContext:
         from: it is what an equal source is compared with."""
         from kuiper_xp.backends import to_numpy
 
-        host = to_numpy(source)
-        key = (tag,) + _fingerprint(host)
+        known = self._fp.get(id(source))
+        fp = known[1] if known is not None and known[0]() is source else _fingerprint(to_numpy(source))
+        key = (tag,) + fp
         for result, inverse in self._derived.get(key, ()):
-            if _equal(to_numpy(inverse(result)), host):
+            if _equal(to_numpy(inverse(result)), to_numpy(source)):
                 self.shared_weights += 1
                 return result
         result = make(source)
@@ -116,6 +121,7 @@ class BuildContext:
         self._seen.clear()
         self._derived.clear()
         self._memo.clear()
+        self._fp.clear()
 
 
 def _fingerprint(host: Any) -> tuple:
@@ -127,15 +133,14 @@ def _fingerprint(host: Any) -> tuple:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    """Same shape, dtype and bytes (NaN weights equal themselves; -0.0 and 0.0 differ)."""
-    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes() if a.size < 4096 else (
-        a.shape == b.shape and a.dtype == b.dtype and bool((a.reshape(-1).view(_bits(a.dtype))
-                                                            == b.reshape(-1).view(_bits(b.dtype))).all()))
-
-
-def _bits(dtype: Any) -> str:
-    """An unsigned integer dtype of ``dtype``'s size (to compare floats bit for bit)."""
-    return {1: "u1", 2: "u2", 4: "u4", 8: "u8"}.get(dtype.itemsize, "u1")
+    """Two host arrays of the same shape, dtype and bytes (NaN weights equal themselves; -0.0
+    and 0.0 differ): compared as unsigned integers of the item size, without a bytes copy."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    bits = {1: "u1", 2: "u2", 4: "u4", 8: "u8"}.get(a.dtype.itemsize)
+    if bits is None or not (a.flags.c_contiguous and b.flags.c_contiguous):
+        return a.tobytes() == b.tobytes()
+    return bool((a.reshape(-1).view(bits) == b.reshape(-1).view(bits)).all())
 
 
 class Layer:
