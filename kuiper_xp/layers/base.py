@@ -90,7 +90,7 @@ class BuildContext:
         from kuiper_xp.backends import to_numpy
 
         known = self._fp.get(id(source))
-        fp = known[1] if known is not None and known[0]() is source else _fingerprint(to_numpy(source))
+        fp = known[1] if known is not None and known[0]() is source else _fingerprint(source, self.xp, to_numpy)
         key = (tag,) + fp
         for result, inverse in self._derived.get(key, ()):
             if _equal(to_numpy(inverse(result)), to_numpy(source)):
@@ -124,12 +124,17 @@ class BuildContext:
         self._fp.clear()
 
 
-def _fingerprint(host: Any) -> tuple:
-    """Shape, dtype and a few dozen values spread over a host array: equal arrays have equal
-    fingerprints; unequal ones almost never do (then :func:`_equal` tells them apart)."""
-    flat = host.reshape(-1)
-    step = max(1, flat.shape[0] // 32)
-    return (tuple(host.shape), str(host.dtype), flat[::step][:33].tobytes(), flat[-3:].tobytes())
+def _fingerprint(a: Any, xp: Any = None, to_host: Any = None) -> tuple:
+    """Shape, dtype and a few dozen values spread over an array (a host one, or with ``xp`` and
+    ``to_host`` a device one: only the sample is copied): equal arrays have equal fingerprints;
+    unequal ones almost never do (then :func:`_equal` tells them apart)."""
+    flat = a.reshape(-1) if xp is None else xp.reshape(a, (-1,))
+    n = flat.shape[0]
+    step = max(1, n // 32)
+    sample, tail = flat[0:min(n, 33 * step):step], flat[max(0, n - 3):n]  # (in-bounds slices)
+    if to_host is not None:
+        sample, tail = to_host(sample), to_host(tail)
+    return (tuple(a.shape), str(sample.dtype), sample.tobytes(), tail.tobytes())
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -962,6 +962,8 @@ class RepeatInterleave(ShapeLayer):
         if not isinstance(repeats, int) and repeats.shape[0] not in (1, x.shape[d]):
             raise ShapeError(f"{self.who}: {repeats.shape[0]} repeats for {x.shape[d]} elements along dim "
                              f"{'(flattened)' if self.dim is None else d}")
+        if not isinstance(repeats, int) and self.backend.name == "cupy":
+            repeats = self.backend.to_numpy(repeats).tolist()  # cupy.repeat takes an int or a list
         return xp.repeat(x, repeats, axis=d)
 
     def _runtime_repeats(self, reps: Any) -> Any:
