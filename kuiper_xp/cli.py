@@ -464,8 +464,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     with _thread_limit(args.threads) as threads, _model_files(args.model) as files:
         g, load_s = _load_graph(files, args)
         be = g.backend
+        highs = g.index_input_limits()
         host = kio.random_inputs(g.inputs, args.batch, _parse_shapes(args.shape, g.inputs),
-                                          seed=args.seed)
+                                 seed=args.seed, highs=highs)
         x = [be.asarray(a) for a in host]  # on the device once: transfers are not timed
         for _ in range(args.warmup):
             g(*x)
@@ -489,7 +490,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     out.say(f"model:       {files.label if files.bundled else files.param}")
     out.say(f"backend:     {_backend_line(g)}; threads: {threads}")
     for s, a in zip(g.inputs, host):
-        out.say(f"input:       {s.name!r} {_fmt_shape(a.shape)} {a.dtype} (random, seed {args.seed})")
+        out.say(f"input:       {s.name!r} {_fmt_shape(a.shape)} {a.dtype} (random, seed {args.seed}"
+                + (f"; in [0, {highs[s.name]}): indices into a table of that many rows)" if s.name in highs
+                   else ")"))
     out.say(f"load:        {_fmt_seconds(load_s)} (parse + build)")
     out.say(f"runs:        {args.runs} timed after {args.warmup} warm-up, backend synchronised after each")
     out.say(f"latency:     median {_fmt_seconds(med)}  IQR {_fmt_seconds(q1)} - {_fmt_seconds(q3)}  "
@@ -635,7 +638,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "with the backend synchronised after each (median, IQR, min, max), and a "
                     "per-layer profile of the slowest layers. No MODEL: the bundled digits model.",
         epilog="Inputs are created on the device before timing, so host-device transfers are not "
-               "counted; outputs stay on the device.")
+               "counted; outputs stay on the device. Floats are standard normal, integers in [0, 10) "
+               "or, for token ids and classes, under the size of the embedding table or one_hot "
+               "they index.")
     be.add_argument("model", nargs="?", metavar="MODEL",
                     help="the model's .pnnx.param (default: the bundled digits model)")
     be.add_argument("--batch", type=_positive_int, default=1, metavar="N",

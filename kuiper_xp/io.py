@@ -506,10 +506,11 @@ def _unique_keys(names: Sequence[str]) -> list[str]:
 
 # -- random inputs (bench) ---------------------------------------------------------------------------
 def random_inputs(specs: Sequence[Spec], batch: int, shapes: dict[str, tuple[int, ...]] | None = None,
-                  seed: int = 0) -> list[np.ndarray]:
+                  seed: int = 0, highs: dict[str, int] | None = None) -> list[np.ndarray]:
     """Seeded random arrays of the model's declared input shapes (a dynamic first dimension is
     ``batch``); ``shapes`` overrides the shape of an input by name. Floats are standard normal,
-    integers in [0, 10), booleans fair coins."""
+    integers in [0, 10) (in [0, ``highs[name]``) where given: token ids for an embedding of that
+    many rows), booleans fair coins."""
     rng = np.random.default_rng(seed)
     out = []
     for k, s in enumerate(specs):
@@ -529,7 +530,7 @@ def random_inputs(specs: Sequence[Spec], batch: int, shapes: dict[str, tuple[int
         if dt.kind == "f" or dt.kind == "c":
             a = rng.standard_normal(shape).astype(dt)
         elif dt.kind in "iu":
-            a = rng.integers(0, 10, size=shape).astype(dt)
+            a = rng.integers(0, max(1, (highs or {}).get(s.name, 10)), size=shape).astype(dt)
         elif dt.kind == "b":
             a = rng.random(shape) < 0.5
         else:

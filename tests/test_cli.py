@@ -512,3 +512,26 @@ pnnx.Output out 1 0 y #y=(?,4)f32
     assert "parameters:   28 (112 B of weights, 112 bytes)" in captured.out  # 4*6 + 4
     flops = _torch_flops(torch.nn.Linear(6, 4), torch.zeros(2, 6))
     assert f"at batch 2 ({flops:,})" in captured.out
+
+
+class _Tokens(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(3, 4)
+
+    def forward(self, ids, cls):
+        return self.emb(ids.flatten(1)).sum(1) + torch.nn.functional.one_hot(cls, 5).float()[:, :4]
+
+
+def test_bench_draws_token_ids_inside_their_tables(tmp_path, capsys):
+    """Random integer inputs stay under the table they index (an embedding of 3 rows, one_hot of
+    5 classes): the benchmark runs instead of stopping on an out-of-range index."""
+    from helpers import export_module
+
+    ids, cls = torch.tensor([[[0, 2], [1, 1]]]), torch.tensor([4])
+    param = export_module(_Tokens(), (ids, cls), tmp_path, inputs2=(ids.repeat(2, 1, 1), cls.repeat(2)))
+    assert main(["bench", str(param), "--batch", "2", "--runs", "2", "--warmup", "0", "--profile-runs", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "in [0, 3)" in out and "in [0, 5)" in out
+    g = kuiper_xp.load(param)
+    assert g.index_input_limits() == {g.inputs[0].name: 3, g.inputs[1].name: 5}

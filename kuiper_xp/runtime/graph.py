@@ -573,6 +573,32 @@ class Graph:
             raise InputError(f"input {k} ({spec.name}): cannot move a {_dtype_name(x.dtype)} numpy array "
                              f"to backend {be.name}: {type(exc).__name__}: {exc}") from exc
 
+    def index_input_limits(self) -> dict[str, int]:
+        """For integer inputs used as indices (token ids into an ``nn.Embedding``, ``F.embedding``
+        or ``embedding_bag`` table, classes for ``one_hot``), directly or through reshapes and
+        slices: the rows of the smallest table they index, which random test inputs must stay
+        under (``kuiper-xp bench`` draws them so). Inputs with no such use are left out."""
+        limits: dict[str, int] = {}
+        for o in self._input_operands:
+            if o.array_dtype is None or not o.array_dtype.startswith(("int", "uint")):
+                continue
+            best = None
+            stack, seen = [(o, 0)], set()
+            while stack:
+                operand, depth = stack.pop()
+                for c in operand.consumers:
+                    if id(c) in seen:
+                        continue
+                    seen.add(id(c))
+                    n = _index_limit(c, operand)
+                    if n is not None:
+                        best = n if best is None else min(best, n)
+                    elif depth < 4 and (c.type.startswith("Tensor.") or c.type in _VALUE_KEEPING):
+                        stack.extend((out, depth + 1) for out in c.outputs)
+            if best is not None and best > 0:
+                limits[o.name] = best
+        return limits
+
     def forward(self, *inputs: Any, profile: bool = False, **named: Any) -> tuple[Any, ...]:
         """Run the graph. Inputs by position (in ``self.inputs`` order) or by name; each a numpy
         array or an array of the graph's backend on its device. Returns a tuple of backend arrays
@@ -755,6 +781,32 @@ def _note(exc: BaseException, r: RuntimeOperator) -> None:
 def _unknown_dims(shape: tuple[int | None, ...] | None) -> tuple[int | None, ...] | None:
     """``shape`` with every dimension unknown (the rank kept)."""
     return None if shape is None else (None,) * len(shape)
+
+
+#: operators that move, select or reshape values without changing them (index limits pass through)
+_VALUE_KEEPING = frozenset({"torch.flatten", "torch.squeeze", "torch.unsqueeze", "torch.transpose",
+                            "torch.permute", "torch.reshape", "torch.cat", "torch.stack", "torch.split",
+                            "torch.chunk", "torch.narrow", "torch.clone", "torch.roll", "torch.flip"})
+
+
+def _index_limit(op: Operator, operand: Operand) -> int | None:
+    """The number of rows ``operand`` indexes as ``op``'s index input, or None."""
+    ins = op.inputs
+    if op.type == "nn.Embedding" and ins and ins[0] is operand:
+        n = op.params.get("num_embeddings")
+        return n if isinstance(n, int) else None
+    if op.type == "F.embedding" and len(ins) >= 2 and ins[0] is operand and ins[1].shape:
+        return ins[1].shape[0]
+    if op.type == "aten::embedding_bag" and len(ins) >= 2 and ins[1] is operand and ins[0].shape:
+        return ins[0].shape[0]
+    if op.type in ("F.one_hot", "aten::one_hot") and ins and ins[0] is operand:
+        n = op.params.get("num_classes")
+        src = ins[1].producer if n is None and len(ins) >= 2 else None
+        if src is not None and src.type == "pnnx.Expression":  # aten::one_hot: a constant input
+            e = str(src.params.get("expr", ""))
+            n = int(e) if e.isdigit() else None
+        return n if isinstance(n, int) and n > 0 else None
+    return None
 
 
 def _data_dependent_operands(compute: list[RuntimeOperator]) -> set[str]:
