@@ -31,7 +31,10 @@ SwiGLU, causal SDPA; ``--input-shape 64:int64:1000``), ``whisper_enc`` (``--inpu
 (nn.Transformer; ``--input-shape "40,128;20,128"``), ``mini_unet`` (diffusion U-Net with a timestep
 input; ``--input-shape "3,32,32;:int64:1000"``), ``convnext_v2`` (GRN; ``--input-shape 3,224,224``),
 ``lin_attn`` (``--input-shape 256,128``), ``centernet`` (top-k decoding; ``--input-shape
-3,128,128``) and ``stn`` (``--input-shape 1,28,28``)."""
+3,128,128``) and ``stn`` (``--input-shape 1,28,28``). Added later that day: ``gpt2_hf`` (Hugging
+Face's Conv1D/addmm GPT-2 with ``torch.pow(x, 3.0)`` in its GELU; ``--input-shape
+128:int64:5000``), ``albert`` (one layer applied six times; ``--input-shape 64:int64:3000``) and
+``convmixer`` (depthwise 9x9 over a 9x9 map; ``--input-shape 3,64,64``)."""
 import math
 
 import torch
@@ -1049,3 +1052,115 @@ class STN(nn.Module):
 def stn():
     """MNIST-sized digits: ``--input-shape 1,28,28``."""
     return STN()
+
+
+# ---- GPT-2 as Hugging Face writes it: Conv1D layers (torch.addmm), a causal-mask buffer sliced to
+# the sequence, torch.where with a -1e4 fill, the tanh GELU spelled out with torch.pow(x, 3.0) -----
+class HFConv1D(nn.Module):
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.randn(nf) * 0.02)
+
+    def forward(self, x):
+        out = x.size()[:-1] + (self.nf,)
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(out)
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, d, h, max_pos):
+        super().__init__()
+        self.d, self.h = d, h
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.c_attn, self.attn_proj = HFConv1D(3 * d, d), HFConv1D(d, d)
+        self.c_fc, self.c_proj = HFConv1D(4 * d, d), HFConv1D(d, 4 * d)
+        self.register_buffer("bias", torch.tril(torch.ones(max_pos, max_pos, dtype=torch.bool)).view(
+            1, 1, max_pos, max_pos))
+
+    def heads(self, t):
+        return t.view(t.size()[:-1] + (self.h, self.d // self.h)).permute(0, 2, 1, 3)
+
+    def forward(self, x):
+        q, k, v = self.c_attn(self.ln_1(x)).split(self.d, dim=2)
+        q, k, v = self.heads(q), self.heads(k), self.heads(v)
+        w = torch.matmul(q, k.transpose(-1, -2)) / (float(v.size(-1)) ** 0.5)
+        t = q.size(-2)
+        w = torch.where(self.bias[:, :, :t, :t], w, torch.full([], -1e4, dtype=w.dtype))
+        a = torch.matmul(w.softmax(-1), v).permute(0, 2, 1, 3).contiguous()
+        x = x + self.attn_proj(a.view(a.size()[:-2] + (self.d,)))
+        f = self.c_fc(self.ln_2(x))
+        f = 0.5 * f * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (f + 0.044715 * torch.pow(f, 3.0))))
+        return x + self.c_proj(f)
+
+
+class GPT2(nn.Module):
+    def __init__(self, vocab=5000, d=768, h=12, layers=6, max_pos=256):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(max_pos, d)
+        self.blocks = nn.ModuleList(GPT2Block(d, h, max_pos) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, ids):
+        pos = torch.arange(0, ids.size(-1), dtype=torch.long).unsqueeze(0)
+        x = self.wte(ids) + self.wpe(pos)
+        for b in self.blocks:
+            x = b(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def gpt2_hf():
+    """GPT-2-small-wide, 6 layers, Hugging Face's spelling: ``--input-shape 128:int64:5000``."""
+    return GPT2()
+
+
+# ---- ALBERT: one encoder layer applied six times (pnnx writes six copies of its weights) ---------
+class AlbertLayer(nn.Module):
+    def __init__(self, d=256, h=4, ff=1024):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
+        self.ln1, self.ln2 = nn.LayerNorm(d, eps=1e-12), nn.LayerNorm(d, eps=1e-12)
+        self.ff = nn.Sequential(nn.Linear(d, ff), nn.GELU(), nn.Linear(ff, d))
+
+    def forward(self, x):
+        x = self.ln1(x + self.attn(x, x, x, need_weights=False)[0])
+        return self.ln2(x + self.ff(x))
+
+
+class Albert(nn.Module):
+    def __init__(self, vocab=3000, e=128, d=256, repeat=6):
+        super().__init__()
+        self.word, self.pos = nn.Embedding(vocab, e), nn.Embedding(512, e)
+        self.proj, self.layer, self.repeat = nn.Linear(e, d), AlbertLayer(d), repeat
+
+    def forward(self, ids):
+        x = self.proj(self.word(ids) + self.pos(torch.arange(ids.size(1)).unsqueeze(0)))
+        for _ in range(self.repeat):
+            x = self.layer(x)
+        return x
+
+
+def albert():
+    """A shared encoder layer applied six times: ``--input-shape 64:int64:3000``."""
+    return Albert()
+
+
+# ---- ConvMixer: depthwise 9x9 convolutions covering the whole 9x9 token map -----------------------
+class ConvMixerResidual(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x) + x
+
+
+def convmixer():
+    """ConvMixer-256/8 with 7x7 patches: ``--input-shape 3,64,64`` (a 9x9 token map)."""
+    dim, depth, k, p = 256, 8, 9, 7
+    return nn.Sequential(
+        nn.Conv2d(3, dim, p, p), nn.GELU(), nn.BatchNorm2d(dim),
+        *[nn.Sequential(ConvMixerResidual(nn.Sequential(nn.Conv2d(dim, dim, k, groups=dim, padding="same"),
+                                                        nn.GELU(), nn.BatchNorm2d(dim))),
+                        nn.Conv2d(dim, dim, 1), nn.GELU(), nn.BatchNorm2d(dim)) for _ in range(depth)],
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(dim, 10))

@@ -600,18 +600,24 @@ def test_explicit_attention_fused_step_falls_back_and_names_its_ops(explicit_att
         layer.forward(q, np.zeros((2, 3, 7, 41), np.float32), q, *mask)
 
 
-@pytest.mark.parametrize("name", ["gpt", "detr_lite"])
+@pytest.mark.parametrize("name", ["gpt", "detr_lite", "gpt2_hf", "albert"])
 def test_benchmark_transformers_match_torch(model_backend, tmp_path, name):
     """benchmarks/more_models.py's GPT-style decoder (causal mask from torch.tril and
-    masked_fill(-inf), tanh GELU) and DETR-style head (nn.TransformerEncoderLayer and
-    nn.TransformerDecoderLayer over learned queries, two outputs), small, exported by pnnx and
-    run against torch at batch 2."""
+    masked_fill(-inf), tanh GELU), DETR-style head (nn.TransformerEncoderLayer and
+    nn.TransformerDecoderLayer over learned queries, two outputs), Hugging Face-style GPT-2
+    (Conv1D as torch.addmm, a sliced causal-mask buffer in torch.where, torch.pow(x, 3.0)) and
+    ALBERT (one layer applied three times: shared weights), small, exported by pnnx and run
+    against torch at batch 2."""
     from helpers import more_models
 
     more = more_models()
     torch.manual_seed(0)
     if name == "gpt":
         model, x = more.GPT(d=64, heads=4, depth=2).eval(), torch.randn(2, 24, 64)
+    elif name == "gpt2_hf":
+        model, x = more.GPT2(vocab=100, d=64, h=4, layers=2, max_pos=32).eval(), torch.randint(0, 100, (2, 20))
+    elif name == "albert":
+        model, x = more.Albert(vocab=100, e=32, d=64, repeat=3).eval(), torch.randint(0, 100, (2, 20))
     else:
         model, x = more.DetrLite(d=64, queries=10).eval(), torch.randn(2, 3, 64, 64)
     param = export_module(model, (x,), tmp_path)
