@@ -3960,6 +3960,21 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
     return FusedExpression(steps, slots, n_tmp[0], sorted(used))
 
 
+def scatter(x, index, src, axis: int):
+    """``torch.scatter`` (no reduce) of numpy arrays: a copy of ``x`` with ``src`` put along
+    ``axis`` at ``index`` (int64, in range, not negative) over the region ``index`` spans in the
+    other axes; ``src`` already cut to ``index``'s shape and of x's dtype. One
+    ``np.put_along_axis`` (later writes along the axis win, as the generic path orders
+    duplicates) instead of the generic (n, k) comparison: Informer's (4, 4, 96, 32) scatter of
+    25 rows 4.5 -> 0.14 ms. None for other array types."""
+    if not all(type(a) is np.ndarray for a in (x, index, src)):
+        return None
+    out = x.copy()
+    region = tuple(slice(0, s) if a != axis else slice(None) for a, s in enumerate(index.shape))
+    np.put_along_axis(out[region], index, src, axis=axis)
+    return out
+
+
 def topk(x, k: int, axis: int, largest: bool):
     """``torch.topk`` of the numpy array ``x`` along ``axis`` as the layer's stable sort gives it
     (ties: lower index first), without sorting whole rows: a partition finds each row's k-th

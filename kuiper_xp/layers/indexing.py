@@ -353,6 +353,10 @@ class Scatter(Layer):
             src = xp.astype(src[tuple(slice(0, s) for s in index.shape)], x.dtype)
         else:
             src = xp.full(index.shape, src, dtype=x.dtype, device=self.device)
+        fast = getattr(self.backend.fast, "scatter", None)
+        out = None if fast is None else fast(x, index, src, axis)
+        if out is not None:
+            return out
         # a one-hot comparison along the scattered axis (the standard has no scatter): for each
         # destination position along ``axis``, the last source row that names it
         d = xp.arange(n, dtype=xp.int64, device=self.device)
