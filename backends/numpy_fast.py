@@ -2671,6 +2671,9 @@ def avg_pool2d(x: np.ndarray, kernel, stride, padding, ceil_mode, count_include_
     h, w = x.shape[2:]
     ho = _pool_out(h, kernel[0], stride[0], padding[0], 1, ceil_mode)
     wo = _pool_out(w, kernel[1], stride[1], padding[1], 1, ceil_mode)
+    if (tuple(kernel[:1]) == (1,) and kernel[1] >= AVG_RUNNING_MIN_TAPS and tuple(stride) == (1, 1)
+            and tuple(padding) == (0, 0) and wo > 0 and x.dtype in (np.float32, np.float64)):
+        return _avg_rows_running(x, kernel[1], divisor_override or kernel[1])
     if divisor_override or ho <= 0 or wo <= 0:  # (an empty output: _window_reduce says so)
         div: Any = x.dtype.type(divisor_override or 1)
     else:
@@ -2688,6 +2691,35 @@ def avg_pool2d(x: np.ndarray, kernel, stride, padding, ceil_mode, count_include_
     def finish(yb):
         yb /= div
     return _window_reduce(x, kernel, stride, padding, (1, 1), ceil_mode, np.add, 0, finish)
+
+
+#: stride-1 unpadded average pools along rows (AvgPool1d: a (1, k) window) from this many taps on
+#: take running sums instead of one add per tap
+AVG_RUNNING_MIN_TAPS = 12
+
+
+def _avg_rows_running(x: np.ndarray, k: int, div) -> np.ndarray:
+    """The stride-1 average over ``k`` consecutive elements of each row of (N, C, 1, W) ``x``
+    (any layout) as differences of float64 running sums: a fixed handful of passes for any k
+    (Autoformer's AvgPool1d(25) over (4, 64, 120) took 25 strided adds), exact to float64."""
+    n, c, h, w = x.shape
+    rows = x.reshape(n * c * h, w) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(n * c * h, w)
+    y = _out((n, c, h, w - k + 1), x.dtype)
+    yr = y.reshape(n * c * h, w - k + 1)
+    step = max(1, (1 << 17) // max(1, w))  # rows per block: the running sums stay in cache
+
+    def part(r0, r1):
+        acc = _workspace((step, w + 1), np.float64, slot=29)
+        for a in range(r0, r1, step):
+            b = min(r1, a + step)
+            cs = acc[: b - a]
+            cs[:, 0] = 0.0
+            np.cumsum(rows[a:b], axis=1, dtype=np.float64, out=cs[:, 1:])
+            d = cs[:, k:] - cs[:, :-k]
+            d /= div
+            yr[a:b] = d
+    _parallel(part, rows.shape[0], x.size * 4)
+    return y
 
 
 def _window_reduce(x, kernel, stride, padding, dilation, ceil_mode, combine, init, finish=None):

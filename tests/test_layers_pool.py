@@ -69,6 +69,9 @@ AVGPOOL = [
     (2, 2, 8, 9, 2, 2, 0, False, True, 3),
     (1, 2, 7, 7, 3, 2, 1, True, True, 5),
     (1, 1, 6, 6, 4, 3, 2, True, False, None),
+    # a (1, k) window from AVG_RUNNING_MIN_TAPS on at stride 1: running sums (AvgPool1d(25))
+    (2, 3, 1, 40, (1, 25), (1, 1), 0, False, True, None),
+    (1, 2, 3, 30, (1, 12), (1, 1), 0, True, False, 7),
 ]
 
 
@@ -81,10 +84,14 @@ def test_avg_pool2d_matches_torch(backend, tmp_path, case):
     run_op(backend, tmp_path, "F.avg_pool2d" if s is None else "nn.AvgPool2d", params, [x], expected)
 
 
-@pytest.mark.parametrize("kind", ["max", "avg"])
+@pytest.mark.parametrize("kind", ["max", "avg", "avg_wide"])
 def test_pool1d_matches_torch(backend, tmp_path, kind):
     x = rnd(2, 3, 11)
-    if kind == "max":
+    if kind == "avg_wide":  # Autoformer's moving average: running sums on numpy, on a transposed input
+        x = np.ascontiguousarray(rnd(2, 60, 5).transpose(0, 2, 1))[:, :, ::-1]
+        expected = F.avg_pool1d(t(np.ascontiguousarray(x)), 25, 1).numpy()
+        run_op(backend, tmp_path, "nn.AvgPool1d", _pool_params(25, 1, 0, None, False, nd=1), [x], expected)
+    elif kind == "max":
         expected = F.max_pool1d(t(x), 3, 2, 1, 1, ceil_mode=True).numpy()
         params = _pool_params(3, 2, 1, 1, True, nd=1, return_indices=False)
         run_op(backend, tmp_path, "nn.MaxPool1d", params, [x], expected)
