@@ -3992,6 +3992,39 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
     return FusedExpression(steps, slots, n_tmp[0], sorted(used))
 
 
+def gather_taps(flat, taps) -> np.ndarray | None:
+    """``sum_t flat[n, :, idx_t[n]] * w_t[n]`` for ``flat`` (N, C, P) and taps of (N, L) int64
+    indices and (N, L) weights (grid_sample's 1, 4 or 16 reads): per image, one ``np.take``
+    along the pixels and an in-place multiply-add per tap, the accumulator (C, L) reused
+    (the generic take_along_axis builds a broadcast (N, C, L) index per tap: 9.7 against 1.3 ms
+    for torch on a (64, 64, 64) bilinear sample). None for other array types."""
+    if type(flat) is not np.ndarray or not all(type(i) is np.ndarray and type(w) is np.ndarray for i, w in taps):
+        return None
+    n, c, _ = flat.shape
+    length = taps[0][0].shape[1]
+    y = _out((n, c, length), np.result_type(flat, taps[0][1]))
+    pieces = max(1, -(-_threads_now() // n))  # few images: their positions split over the threads
+    span = -(-length // pieces)
+
+    def part(u0, u1):
+        tmp = _workspace((c, span), y.dtype, slot=31)
+        for u in range(u0, u1):
+            i, l0 = divmod(u, pieces)
+            l0 *= span
+            l1 = min(length, l0 + span)
+            if l0 >= l1:
+                continue
+            acc = y[i, :, l0:l1]
+            for t, (idx, wt) in enumerate(taps):
+                dst = acc if t == 0 else tmp[:, : l1 - l0]
+                np.take(flat[i], idx[i, l0:l1], axis=1, out=dst, mode="clip")  # (indices in range)
+                dst *= wt[i, l0:l1]
+                if t:
+                    acc += dst
+    _parallel(part, n * pieces, n * c * length * len(taps))
+    return y
+
+
 def scatter(x, index, src, axis: int):
     """``torch.scatter`` (no reduce) of numpy arrays: a copy of ``x`` with ``src`` put along
     ``axis`` at ``index`` (int64, in range, not negative) over the region ``index`` spans in the

@@ -310,3 +310,32 @@ def test_scatter_duplicates_fast_and_generic_agree():
         got[name] = be.to_numpy(layer(be.asarray(x), be.asarray(idx), be.asarray(src)))
     np.testing.assert_array_equal(got["numpy"], want)
     np.testing.assert_array_equal(got["array_api_strict"], want)
+
+
+@pytest.mark.parametrize("mode,pad", [("bilinear", "zeros"), ("bicubic", "reflection"), ("nearest", "border")])
+def test_grid_sample_numpy_gather_is_the_generic_path(monkeypatch, mode, pad):
+    """The numpy gather (np.take per image, positions split over the threads when images are
+    few) gives the generic take_along_axis path's bits, at batch 1 and 3."""
+    from kuiper_xp.backends import get_backend
+
+    be = get_backend("numpy")
+    monkeypatch.setattr(be.fast, "PARALLEL_MIN_ELEMENTS", 1)
+    layer = make_layer(be, f"F.grid_sample gs 2 1 0 1 2 align_corners=True mode={mode} padding_mode={pad} "
+                           "$input=0 $grid=1", 2)
+    rng = np.random.default_rng(5)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 5, 9, 11)).astype(np.float32)
+        g = (rng.random((n, 7, 13, 2)) * 2.6 - 1.3).astype(np.float32)
+        old = be.fast.set_num_threads(2)
+        try:
+            with be.fast.compute_scope():
+                fast = layer(x, g)
+        finally:
+            be.fast.set_num_threads(old)
+        monkeypatch.setattr(be.fast, "gather_taps", lambda *a: None)
+        generic = layer(x, g)
+        monkeypatch.undo()
+        monkeypatch.setattr(be.fast, "PARALLEL_MIN_ELEMENTS", 1)
+        np.testing.assert_array_equal(fast, generic)
+        want = F.grid_sample(torch.from_numpy(x), torch.from_numpy(g), mode=mode, padding_mode=pad, align_corners=True)
+        assert_close(fast, want.numpy(), rtol=1e-5)

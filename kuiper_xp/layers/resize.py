@@ -496,36 +496,41 @@ class GridSample(Layer):
         ix = self._source(xp.reshape(grid[..., 0], (n, ho * wo)), w)
         iy = self._source(xp.reshape(grid[..., 1], (n, ho * wo)), h)
         flat = xp.reshape(x, (n, c, h * w))
+        taps: list[tuple[Any, Any]] = []  # (flat index (N, L) int64, weight (N, L), 0 outside)
 
-        def tap(yy: Any, xx: Any) -> Any:
-            """x at integer positions (yy, xx) (float arrays (N, L)); 0 outside."""
-            inside = (xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1)
+        def tap(yy: Any, xx: Any, weight: Any = None) -> None:
+            """A read of x at integer positions (yy, xx) (float arrays (N, L)) times ``weight``."""
+            inside = xp.astype((xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1), x.dtype)
             idx = xp.astype(xp.clip(yy, 0, h - 1) * w + xp.clip(xx, 0, w - 1), xp.int64)
-            v = xp.take_along_axis(flat, xp.broadcast_to(idx[:, None, :], (n, c, ho * wo)), axis=2)
-            return v * xp.astype(inside, x.dtype)[:, None, :]
+            taps.append((idx, inside if weight is None else inside * weight))
 
         if self.mode == "nearest":
-            y = tap(xp.round(iy), xp.round(ix))
+            tap(xp.round(iy), xp.round(ix))
         elif self.mode == "bicubic":
             # as torch: the unpadded source position, then each of the 4x4 taps padded on its own
             ux = self._unnormalize(xp.reshape(grid[..., 0], (n, ho * wo)), w)
             uy = self._unnormalize(xp.reshape(grid[..., 1], (n, ho * wo)), h)
             x0, y0 = xp.floor(ux), xp.floor(uy)
             wx, wy = _cubic_weights(ux - x0), _cubic_weights(uy - y0)
-            y = None
             for i in range(4):
                 yy = self._pad(y0 + (i - 1), h)
-                row = None
                 for j in range(4):
-                    t = tap(yy, self._pad(x0 + (j - 1), w)) * wx[j][:, None, :]
-                    row = t if row is None else row + t
-                t = row * wy[i][:, None, :]
-                y = t if y is None else y + t
+                    tap(yy, self._pad(x0 + (j - 1), w), wy[i] * wx[j])
         else:
             x0, y0 = xp.floor(ix), xp.floor(iy)
-            wx, wy = (ix - x0)[:, None, :], (iy - y0)[:, None, :]
-            y = (tap(y0, x0) * (1 - wx) * (1 - wy) + tap(y0, x0 + 1) * wx * (1 - wy)
-                 + tap(y0 + 1, x0) * (1 - wx) * wy + tap(y0 + 1, x0 + 1) * wx * wy)
+            fx, fy = ix - x0, iy - y0
+            gx, gy = 1 - fx, 1 - fy
+            tap(y0, x0, gy * gx)
+            tap(y0, x0 + 1, gy * fx)
+            tap(y0 + 1, x0, fy * gx)
+            tap(y0 + 1, x0 + 1, fy * fx)
+        fast = getattr(self.backend.fast, "gather_taps", None)
+        y = None if fast is None else fast(flat, taps)
+        if y is None:
+            for idx, wt in taps:
+                v = xp.take_along_axis(flat, xp.broadcast_to(idx[:, None, :], (n, c, ho * wo)), axis=2)
+                v = v * wt[:, None, :]
+                y = v if y is None else y + v
         return xp.reshape(y, (n, c, ho, wo))
 
 
