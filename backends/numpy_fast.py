@@ -2131,7 +2131,7 @@ class Conv2dPlan:
                     dst = (oy[ry][:, None] * wo + ox[rx][None, :]).ravel()
                     # (taps reach distinct (input, output) pairs: the offset names the tap)
                     m[:, src, dst] = self.wtaps[i * self.kw + j]
-            if len(self._dense) >= 4:  # inputs of ever new sizes: keep the memory bounded
+            if len(self._dense) >= 2:  # inputs of ever new sizes: keep the memory bounded
                 self._dense.clear()
             self._dense[(h, w)] = m
         return m
