@@ -493,8 +493,7 @@ class GridSample(Layer):
         n, c, h, w = x.shape
         ho, wo = grid.shape[1], grid.shape[2]
         grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
-        ix = self._source(xp.reshape(grid[..., 0], (n, ho * wo)), w)
-        iy = self._source(xp.reshape(grid[..., 1], (n, ho * wo)), h)
+        gx, gy = xp.reshape(grid[..., 0], (n, ho * wo)), xp.reshape(grid[..., 1], (n, ho * wo))
         flat = xp.reshape(x, (n, c, h * w))
         taps: list[tuple[Any, Any]] = []  # (flat index (N, L) int64, weight (N, L), 0 outside)
 
@@ -505,11 +504,10 @@ class GridSample(Layer):
             taps.append((idx, inside if weight is None else inside * weight))
 
         if self.mode == "nearest":
-            tap(xp.round(iy), xp.round(ix))
+            tap(xp.round(self._source(gy, h)), xp.round(self._source(gx, w)))
         elif self.mode == "bicubic":
             # as torch: the unpadded source position, then each of the 4x4 taps padded on its own
-            ux = self._unnormalize(xp.reshape(grid[..., 0], (n, ho * wo)), w)
-            uy = self._unnormalize(xp.reshape(grid[..., 1], (n, ho * wo)), h)
+            ux, uy = self._unnormalize(gx, w), self._unnormalize(gy, h)
             x0, y0 = xp.floor(ux), xp.floor(uy)
             wx, wy = _cubic_weights(ux - x0), _cubic_weights(uy - y0)
             for i in range(4):
@@ -517,12 +515,13 @@ class GridSample(Layer):
                 for j in range(4):
                     tap(yy, self._pad(x0 + (j - 1), w), wy[i] * wx[j])
         else:
+            ix, iy = self._source(gx, w), self._source(gy, h)
             x0, y0 = xp.floor(ix), xp.floor(iy)
             fx, fy = ix - x0, iy - y0
-            gx, gy = 1 - fx, 1 - fy
-            tap(y0, x0, gy * gx)
-            tap(y0, x0 + 1, gy * fx)
-            tap(y0 + 1, x0, fy * gx)
+            ex, ey = 1 - fx, 1 - fy
+            tap(y0, x0, ey * ex)
+            tap(y0, x0 + 1, ey * fx)
+            tap(y0 + 1, x0, fy * ex)
             tap(y0 + 1, x0 + 1, fy * fx)
         fast = getattr(self.backend.fast, "gather_taps", None)
         y = None if fast is None else fast(flat, taps)
