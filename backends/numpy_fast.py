@@ -2814,11 +2814,13 @@ def matmul(a, b):
     return _gemm(a3, b3, out).reshape(lead + (m, n))
 
 
-def attention(q, k, v, scale: float, mask=None):
+def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
     """``softmax(q k^T * scale + mask) v`` over the last two axes of float ``q`` (..., L, D),
     ``k`` (..., S, D), ``v`` (..., S, Dv) (equal leading dims, any strides: the per-head views
     of a fused QKV projection need no copies), ``mask`` None or a float array broadcastable to
-    (..., L, S). Threads take whole stacks of heads (with one leading item axis and small heads,
+    (..., L, S); ``drop`` None or a bool array broadcastable alike: those scores replaced by
+    ``fill`` after the scale and the mask (``torch.where(keep, w, fill)``, ``masked_fill``,
+    as GPT-2 and its kin write a causal mask). Threads take whole stacks of heads (with one leading item axis and small heads,
     all heads of several items: one stacked product per block); each computes its scores into a workspace,
     the softmax there while in cache, and the product straight into the output, which is laid
     out (..., L, heads, Dv) and returned as the (..., heads, L, Dv) view: merging the heads
@@ -2840,6 +2842,13 @@ def attention(q, k, v, scale: float, mask=None):
             return None
         try:
             mask = np.broadcast_to(mask, lead + (L, S))
+        except ValueError:
+            return None
+    if drop is not None:
+        if type(drop) is not np.ndarray or drop.dtype != np.bool_ or drop.ndim > q.ndim:
+            return None
+        try:
+            drop = np.broadcast_to(drop, lead + (L, S))
         except ValueError:
             return None
     outer, H = lead[:-1], lead[-1]
@@ -2878,12 +2887,15 @@ def attention(q, k, v, scale: float, mask=None):
             kt = _workspace((nh, D, S), dt, slot=51)
             np.copyto(kt, np.swapaxes(k[it][h0:h1], -1, -2))  # N-N products: ~1.7x faster in BLAS
             np.matmul(q[it][h0:h1, r0:r1], kt, out=sc)
-            if mask is not None:
+            if mask is not None or drop is not None:
                 if scale != 1.0:
                     sc *= scale
-                sc += mask[it][h0:h1, r0:r1]
+                if mask is not None:
+                    sc += mask[it][h0:h1, r0:r1]
+                if drop is not None:
+                    np.copyto(sc, fill, where=drop[it][h0:h1, r0:r1])
             views.append(sc)
-        if mask is None and scale != 1.0:  # (1: the scale was applied to q already, timm's way)
+        if mask is None and drop is None and scale != 1.0:  # (1: the scale was applied to q already, timm's way)
             sc_all *= scale
         tot = _exp_rows(sc_all, sc_all, ones)  # normalised after the product: (L, Dv), not (L, S)
         r = 0
@@ -2912,6 +2924,8 @@ def attention(q, k, v, scale: float, mask=None):
                     np.matmul(q[i0:i1], kt, out=sc)
                     if mask is not None:
                         sc += mask[i0:i1]
+                    if drop is not None:
+                        np.copyto(sc, fill, where=drop[i0:i1])
                     scores = _view(sc, (m * H * L, S))
                     tot = _exp_rows(scores, scores, ones)
                     o = out[i0:i1]

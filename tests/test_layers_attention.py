@@ -622,3 +622,59 @@ def test_benchmark_transformers_match_torch(model_backend, tmp_path, name):
         model, x = more.DetrLite(d=64, queries=10).eval(), torch.randn(2, 3, 64, 64)
     param = export_module(model, (x,), tmp_path)
     compare_graph(param, model_backend, model, (x,), rtol=1e-4)
+
+
+class ReplacedScores(nn.Module):
+    """Masks written as replacements between the scores and the softmax: GPT-2's
+    ``torch.where(causal, w, -1e4)`` (with whole rows masked by a padding input: those rows are
+    uniform), ``masked_fill(mask, -inf)``, and ``where(cond, fill, w)`` with the fill a 0-d
+    tensor."""
+
+    def __init__(self, dim=16, heads=2, max_pos=32):
+        super().__init__()
+        self.h, self.d = heads, dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.register_buffer("causal", torch.tril(torch.ones(max_pos, max_pos, dtype=torch.bool)).view(
+            1, 1, max_pos, max_pos))
+
+    def forward(self, x, keep):
+        n, t, _ = x.shape
+        q, k, v = self.qkv(x).reshape(n, t, 3, self.h, self.d).permute(2, 0, 3, 1, 4).unbind(0)
+        w = torch.matmul(q, k.transpose(-1, -2)) / (float(self.d) ** 0.5)
+        rows = self.causal[:, :, :t, :t] & (keep[:, None, :, None] > 0)  # whole rows dropped
+        a = torch.matmul(torch.where(rows, w, torch.full([], -1e4, dtype=w.dtype)).softmax(-1), v)
+        w2 = torch.matmul(q + 1, k.transpose(-1, -2))
+        b = torch.matmul(w2.masked_fill(~self.causal[:, :, :t, :t], float("-inf")).softmax(-1), v)
+        w3 = torch.matmul(q * 2, k.transpose(-1, -2)) * 0.5
+        c = torch.matmul(torch.where(~self.causal[:, :, :t, :t], torch.full([], -1e9), w3).softmax(-1), v)
+        return a, b, c
+
+
+def test_replaced_scores_fused_match_torch(model_backend, tmp_path):
+    """On numpy the three chains run as one step each, the replacement inside (rows masked
+    whole give torch's uniform weights); every backend and the unfused graph match torch."""
+    import kuiper_xp
+
+    torch.manual_seed(0)
+    module = ReplacedScores().eval()
+    x, keep = torch.randn(2, 12, 16), torch.tensor([[1] * 9 + [0] * 3, [1] * 12])
+    x2, keep2 = torch.randn(3, 12, 16), torch.tensor([[1] * 12, [0] * 12, [1] * 5 + [0] * 7])
+    param = export_module(module, (x, keep), tmp_path, inputs2=(x2, keep2))
+    compare_graph(param, model_backend, module, (x2, keep2), rtol=1e-5)
+    g = kuiper_xp.load(param, backend=model_backend)
+    if getattr(g.backend.fast, "attention", None) is None:
+        return
+    chains = g.fused_attention
+    assert len(chains) == 3 and all(len(c) in (4, 5) for c in chains), chains
+    assert {c[-3].split("_")[0] for c in chains} >= {"torch.where", "Tensor.masked"}, chains
+    from kuiper_xp.layers.attention import FusedAttention
+
+    calls = []
+    for r in g.execution_order:
+        if isinstance(r.layer, FusedAttention):
+            real = r.layer._fast
+            r.layer._fast = lambda *a, real=real: calls.append(real(*a)) or calls[-1]
+    plain = kuiper_xp.load(param, backend=model_backend, fuse=False)
+    for a, b in zip(g(x2.numpy(), keep2.numpy()), plain(x2.numpy(), keep2.numpy())):
+        assert_close(kuiper_xp.to_numpy(a), kuiper_xp.to_numpy(b), rtol=1e-5)
+    assert len(calls) == 3 and all(c is not None for c in calls)  # the fast path took all three

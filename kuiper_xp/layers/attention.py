@@ -833,18 +833,36 @@ class FusedAttention(Layer):
     arguments come from (an input index, or None for the previous step's result)."""
 
     def __init__(self, ctx: BuildContext, steps: list[tuple[Layer, list[int | None]]], scale: float,
-                 has_mask: bool, names: tuple[str, ...]):
+                 has_mask: bool, names: tuple[str, ...], replace: tuple | None = None):
         super().__init__(ctx)
         self.steps, self.scale, self.has_mask, self.names = steps, scale, has_mask, names
+        #: a ``torch.where`` / ``masked_fill`` step before the softmax: (condition input, fill
+        #: input or None, fill constant, True when the scores are replaced where the condition
+        #: holds (masked_fill, where(c, fill, w)), False where it does not (where(c, w, fill)))
+        self.replace = replace
         self._attention = getattr(ctx.fast, "attention", None)
 
-    def _fast(self, q: Any, kt: Any, v: Any, mask: Any) -> Any:
+    def _fast(self, q: Any, kt: Any, v: Any, mask: Any, inputs: tuple) -> Any:
         if self._attention is None or q.ndim < 3 or kt.ndim != q.ndim or v.ndim != q.ndim:
             return None
-        return self._attention(q, self.xp.matrix_transpose(kt), v, self.scale, mask)
+        drop, fill = None, 0.0
+        if self.replace is not None:
+            cond_at, fill_at, fill, when_true = self.replace
+            cond = inputs[cond_at]
+            if fill_at is not None:
+                fill = inputs[fill_at]
+                if hasattr(fill, "shape"):
+                    if math.prod(fill.shape) != 1:
+                        return None
+                    fill = self.xp.reshape(fill, ())
+                fill = float(fill)
+            if not hasattr(cond, "dtype") or cond.dtype != self.xp.bool:
+                return None
+            drop = cond if when_true else self.xp.logical_not(cond)
+        return self._attention(q, self.xp.matrix_transpose(kt), v, self.scale, mask, drop, fill)
 
     def forward(self, *inputs: Any) -> Any:
-        out = self._fast(inputs[0], inputs[1], inputs[2], inputs[3] if self.has_mask else None)
+        out = self._fast(inputs[0], inputs[1], inputs[2], inputs[3] if self.has_mask else None, inputs)
         if out is not None:
             return out
         prev = None

@@ -402,6 +402,7 @@ class Graph:
         from kuiper_xp.layers.activation import Softmax
         from kuiper_xp.layers.attention import FusedAttention, MatMul, score_transform
         from kuiper_xp.layers.expression import Expression
+        from kuiper_xp.layers.misc import MaskedFill, Where
 
         if getattr(self.backend.fast, "attention", None) is None:
             return compute
@@ -423,6 +424,9 @@ class Graph:
                 sm = next_of(mid)
             else:
                 mid = None
+            rep = None  # a torch.where / masked_fill replacing masked scores before the softmax
+            if sm is not None and type(sm.layer) in (Where, MaskedFill):
+                rep, sm = sm, next_of(sm)
             r2 = next_of(sm) if sm is not None else None
             if (sm is None or type(sm.layer) is not Softmax or sm.layer.negate or r2 is None
                     or type(r2.layer) is not MatMul
@@ -454,11 +458,27 @@ class Graph:
                 if -1 in sources:  # (an input neither the scores nor the mask)
                     continue
                 steps.append((mid.layer, sources))
+            has_mask = len(operands) == 4
+            replace = None
+            if rep is not None:
+                before = outputs_of[id(mid if mid is not None else r1)][0]
+                found = _replace_step(rep.layer, inputs_of[id(rep)], before)
+                if found is None:
+                    continue
+                cond_k, fill_k, fill, when_true = found
+                rins = inputs_of[id(rep)]
+                sources = [None if o is before else len(operands) + (0 if k == cond_k else 1)
+                           for k, o in enumerate(rins)]
+                replace = (len(operands), None if fill_k is None else len(operands) + 1, fill, when_true)
+                operands.append(rins[cond_k])
+                if fill_k is not None:
+                    operands.append(rins[fill_k])
+                steps.append((rep.layer, sources))
             steps.append((sm.layer, [None]))
             steps.append((r2.layer, [None if k == p2["input"] else 2 for k in range(2)]))
-            chain = (r1, mid, sm, r2) if mid is not None else (r1, sm, r2)
+            chain = tuple(r for r in (r1, mid, rep, sm, r2) if r is not None)
             names = tuple(r.name for r in chain)
-            fused = FusedAttention(ctx, steps, scale, len(operands) == 4, names)
+            fused = FusedAttention(ctx, steps, scale, has_mask, names, replace)
             fused.op_type, fused.op_name = r2.layer.op_type, r2.layer.op_name
             r2.layer = fused
             inputs_of[id(r2)] = operands
@@ -787,6 +807,45 @@ def _unknown_dims(shape: tuple[int | None, ...] | None) -> tuple[int | None, ...
 _VALUE_KEEPING = frozenset({"torch.flatten", "torch.squeeze", "torch.unsqueeze", "torch.transpose",
                             "torch.permute", "torch.reshape", "torch.cat", "torch.stack", "torch.split",
                             "torch.chunk", "torch.narrow", "torch.clone", "torch.roll", "torch.flip"})
+
+
+def _replace_step(layer: Any, ins: list[Operand], scores: Operand) -> tuple | None:
+    """How a ``torch.where`` / ``Tensor.masked_fill`` layer between the attention scores and the
+    softmax replaces scores: ``(condition input index, fill input index or None, fill constant,
+    replaced where the condition holds)``, or None when it is not such a step (the scores in
+    another role or twice, a fill that is not a number)."""
+    if sum(o is scores for o in ins) != 1:
+        return None
+    src = layer.sources
+
+    def role(key: str) -> tuple | None:
+        kind, v = src[key]
+        if kind == "in":
+            return ("scores",) if ins[v] is scores else ("in", v)
+        return ("const", v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    if type(layer).__name__ == "MaskedFill":
+        keys = {"input": role("input"), "mask": role("mask"), "value": role("value")}
+        if keys["input"] != ("scores",) or keys["mask"] is None or keys["mask"][0] != "in":
+            return None
+        cond_k, fill = keys["mask"][1], keys["value"]
+        when_true = True
+    else:
+        keys = {k: role(k) for k in ("condition", "input", "other")}
+        if keys["condition"] is None or keys["condition"][0] != "in":
+            return None
+        if keys["input"] == ("scores",):
+            fill, when_true = keys["other"], False
+        elif keys["other"] == ("scores",):
+            fill, when_true = keys["input"], True
+        else:
+            return None
+        cond_k = keys["condition"][1]
+    if fill is None or fill == ("scores",):
+        return None
+    if fill[0] == "in":
+        return cond_k, fill[1], 0.0, when_true
+    return cond_k, None, float(fill[1]), when_true
 
 
 def _index_limit(op: Operator, operand: Operand) -> int | None:
