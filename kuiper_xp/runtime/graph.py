@@ -824,7 +824,9 @@ def _replace_step(layer: Any, ins: list[Operand], scores: Operand) -> tuple | No
             return ("scores",) if ins[v] is scores else ("in", v)
         return ("const", v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
-    if type(layer).__name__ == "MaskedFill":
+    from kuiper_xp.layers.misc import MaskedFill
+
+    if isinstance(layer, MaskedFill):
         keys = {"input": role("input"), "mask": role("mask"), "value": role("value")}
         if keys["input"] != ("scores",) or keys["mask"] is None or keys["mask"][0] != "in":
             return None
