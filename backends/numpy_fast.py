@@ -3922,9 +3922,11 @@ def fuse_expression_declines(shape: Any) -> bool:
 def fuse_expression(tree: Any) -> FusedExpression | None:
     """A :class:`FusedExpression` for the parsed expression ``tree``, or None where any call is
     outside :data:`_FUSE_BINARY` / :data:`_FUSE_UNARY` (or ``add``/``sub`` with alpha,
-    ``reciprocal``, ``rsqrt``, ``pow`` by 2, 3, 0.5, -0.5, -1 or -2), a literal is not an int/float, a call has only literals, the
-    tree reads no input, or it is a single add/sub/mul of two inputs (that is
-    :func:`binary`'s)."""
+    ``reciprocal``, ``rsqrt``, ``pow`` by 2, 3, 0.5, -0.5, -1 or -2), a literal is not an
+    int/float, a call has only literals, the tree reads no input, or it is a single add/sub/mul
+    of two inputs (that is :func:`binary`'s)."""
+    from kuiper_xp.expression.functions import _POW_FORMS  # (the evaluator's powers: the same bits)
+
     steps: list = []
     slots: list[int] = []
     used: set[int] = set()
@@ -3960,7 +3962,7 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
             return None
         name, args = node.value, node.args
         if name == "pow" and len(args) == 2 and args[1].kind == "const" and type(args[1].value) in (
-                int, float) and args[1].value in (2, 3, 0.5, -0.5, -1, -2):
+                int, float) and args[1].value in _POW_FORMS:
             x = walk(args[0])  # the evaluator's (and torch's) forms of these powers
             if x is None:
                 return None

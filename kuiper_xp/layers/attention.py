@@ -50,7 +50,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
-from .misc import input_slots, is_float, promote
+from .misc import input_slots, is_float, promote, to_float
 from .registry import register
 
 
@@ -738,7 +738,7 @@ class TransformerEncoderLayerFwd(Layer):
         return xp.reshape(y, lead + (w.shape[0],))
 
     def forward(self, *inputs: Any) -> Any:
-        from .misc import to_float, to_int
+        from .misc import to_int
 
         xp = self.xp
         (src, e, h, qkv_w, qkv_b, proj_w, proj_b, use_gelu, norm_first, eps,
@@ -850,12 +850,10 @@ class FusedAttention(Layer):
             cond_at, fill_at, fill, when_true = self.replace
             cond = inputs[cond_at]
             if fill_at is not None:
-                fill = inputs[fill_at]
-                if hasattr(fill, "shape"):
-                    if math.prod(fill.shape) != 1:
-                        return None
-                    fill = self.xp.reshape(fill, ())
-                fill = float(fill)
+                try:
+                    fill = to_float(inputs[fill_at])
+                except ShapeError:  # not one number: the original layers say so
+                    return None
             if not hasattr(cond, "dtype") or cond.dtype != self.xp.bool:
                 return None
             drop = cond if when_true else self.xp.logical_not(cond)

@@ -29,7 +29,6 @@ class BuildContext:
         self._seen: dict[tuple, list[weakref.ref]] = {}
         self._derived: dict[tuple, list[tuple[Any, Any]]] = {}
         self._memo: dict[tuple, tuple[Any, tuple]] = {}
-        self._fp: dict[int, tuple[weakref.ref, tuple]] = {}  # id(weight array) -> its fingerprint
         #: how many weights were found equal to one read earlier (and share its array)
         self.shared_weights = 0
 
@@ -52,7 +51,6 @@ class BuildContext:
                     pass
                 else:
                     self._seen.setdefault(fp, []).append(wr)
-                    self._fp[id(arr)] = (wr, fp)  # (for derived(): no device-to-host copy)
             else:
                 self.shared_weights += 1
             self._weights[key] = arr
@@ -89,9 +87,7 @@ class BuildContext:
         from: it is what an equal source is compared with."""
         from kuiper_xp.backends import to_numpy
 
-        known = self._fp.get(id(source))
-        fp = known[1] if known is not None and known[0]() is source else _fingerprint(source, self.xp, to_numpy)
-        key = (tag,) + fp
+        key = (tag,) + _fingerprint(source, self.xp, to_numpy)  # (only the sample leaves the device)
         for result, inverse in self._derived.get(key, ()):
             if _equal(to_numpy(inverse(result)), to_numpy(source)):
                 self.shared_weights += 1
@@ -121,7 +117,6 @@ class BuildContext:
         self._seen.clear()
         self._derived.clear()
         self._memo.clear()
-        self._fp.clear()
 
 
 def _fingerprint(a: Any, xp: Any = None, to_host: Any = None) -> tuple:
