@@ -337,6 +337,39 @@ _team_lock = threading.Lock()  # held while the team runs a job; a nested or con
 PLACE_TEAM = os.environ.get("KUIPER_XP_PIN_THREADS", "1").strip().lower() not in ("0", "false", "no", "off")
 _placed: dict = {}  # {"tid": the held thread's id, "mask": its own mask to restore}
 
+# On a machine busy with other work the placement is harmful: the held thread cannot leave a CPU
+# another process is using, nor can a worker move to the one the caller left. With other jobs
+# keeping the 2 vCPUs busy (load ~4), MobileNetV2 at batch 4 took 180-245 ms placed against
+# 107-117 left to the OS, MNASNet 102-134 against 32-38. So the team is placed only while the
+# other runnable threads (/proc/loadavg, sampled at most every LOAD_SAMPLE_S seconds, smoothed)
+# leave it a CPU per thread; otherwise the workers' masks are given back too.
+LOAD_SAMPLE_S = 0.25
+_load = {"t": float("-inf"), "others": 0.0}
+
+
+def _read_runnable() -> int | None:
+    """Threads runnable on the machine now, this one included (the fourth field of
+    /proc/loadavg); None where unknown."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cpus_busy(k: int, cpus: int) -> bool:
+    """Whether other runnable threads (smoothed over the last samples) and a team of ``k`` need
+    more than the ``cpus`` this process may use."""
+    now = time.monotonic()
+    if now - _load["t"] >= LOAD_SAMPLE_S:
+        r = _read_runnable()
+        if r is not None:
+            others = float(max(0, r - 1))  # (this thread is running while it reads)
+            first = _load["t"] == float("-inf")
+            _load["others"] = others if first else 0.5 * (_load["others"] + others)
+        _load["t"] = now
+    return _load["others"] + min(k, cpus) > cpus + 0.5
+
 
 def _current_cpu() -> int | None:
     """The CPU the calling thread runs on (glibc's sched_getcpu), None where unknown."""
@@ -373,6 +406,13 @@ def _place_team(k: int) -> None:
             allowed = os.sched_getaffinity(0)
             cpu = _current_cpu()
             if len(allowed) < 2 or cpu is None or cpu not in allowed:
+                return
+            if _cpus_busy(k, len(allowed)):  # (see LOAD_SAMPLE_S): let the workers float again
+                _tls.unplaced = True  # (for the rest of this thread's scope)
+                for w in _team:
+                    if w.excluded is not None:
+                        os.sched_setaffinity(w.tid, allowed)
+                        w.excluded = None
                 return
             os.sched_setaffinity(0, {cpu})
             _placed.update(tid=tid, mask=allowed)
@@ -552,8 +592,10 @@ class compute_scope:
         global _scope_depth, _gemm_split
         _tls.pool = self._saved_pool
         _tls.depth -= 1
-        if _tls.depth == 0 and _placed.get("tid") == threading.get_native_id():
-            _unplace()  # this thread's call is over (another thread's scope may still run)
+        if _tls.depth == 0:
+            _tls.unplaced = False
+            if _placed.get("tid") == threading.get_native_id():
+                _unplace()  # this thread's call is over (another thread's scope may still run)
         if UFUNC_BUFSIZE:
             self._es.__exit__(None, None, None)
         with _scope_lock:
@@ -611,7 +653,8 @@ def _parallel(fn, n: int, work: int) -> None:
         new_team = not _team
         while len(_team) < k - 1:
             _team.append(_Worker(len(_team) + 1))
-        if PLACE_TEAM and _HAS_AFFINITY and getattr(_tls, "depth", 0):  # inside this thread's scope
+        if PLACE_TEAM and _HAS_AFFINITY and getattr(_tls, "depth", 0) and not getattr(_tls, "unplaced", False):
+            # (inside this thread's scope, not left to the OS for it)
             _place_team(k)
         if new_team:  # (once the workers are placed, as every later job finds them)
             _calibrate_handoff(_team[0])

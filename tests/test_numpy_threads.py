@@ -126,6 +126,7 @@ def test_scope_holds_the_caller_on_its_cpu_and_keeps_the_workers_off_it(threads3
     work runs serially); the caller's own mask is back after the scope."""
     before = _affinity_or_skip()
     monkeypatch.setattr(nf, "PLACE_TEAM", True)
+    monkeypatch.setattr(nf, "_cpus_busy", lambda k, cpus: False)
     seen = {}
 
     def part(lo, hi):
@@ -147,6 +148,7 @@ def test_placement_ends_with_the_callers_own_scope(threads3, monkeypatch):
     still open; a thread calling the team outside any scope of its own is not held."""
     before = _affinity_or_skip()
     monkeypatch.setattr(nf, "PLACE_TEAM", True)
+    monkeypatch.setattr(nf, "_cpus_busy", lambda k, cpus: False)
     opened, close = threading.Event(), threading.Event()
     seen = {}
 
@@ -189,6 +191,65 @@ def test_scope_leaves_placement_alone_when_switched_off_or_on_one_cpu(threads3, 
         assert os.sched_getaffinity(0) == one
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_placement_is_skipped_and_undone_while_other_work_keeps_the_cpus_busy(threads3, monkeypatch):
+    """With more runnable threads elsewhere than CPUs left for the team, the caller is not held
+    and workers placed by an earlier scope get their masks back; once the machine is quiet
+    again (samples smoothed), placement resumes."""
+    before = _affinity_or_skip()
+    monkeypatch.setattr(nf, "PLACE_TEAM", True)
+    monkeypatch.setattr(nf, "LOAD_SAMPLE_S", 0.0)  # a fresh sample on every scope
+    monkeypatch.setattr(nf, "_load", {"t": float("-inf"), "others": 0.0})
+    runnable = {"n": 1}
+    monkeypatch.setattr(nf, "_read_runnable", lambda: runnable["n"])
+    seen = {}
+
+    def part(lo, hi):
+        seen[lo] = os.sched_getaffinity(0)
+
+    with nf.compute_scope():  # quiet: placed
+        nf._parallel(part, 3, 1 << 30)
+        assert len(os.sched_getaffinity(0)) == 1
+    assert seen[1] != before
+    runnable["n"] = 1 + len(before)  # as many other runnable threads as CPUs
+    seen.clear()
+    with nf.compute_scope():
+        nf._parallel(part, 3, 1 << 30)
+        assert os.sched_getaffinity(0) == before
+        nf._parallel(part, 3, 1 << 30)  # still left alone within the scope
+        assert os.sched_getaffinity(0) == before
+    assert seen[0] == seen[1] == seen[2] == before
+    assert all(w.excluded is None for w in nf._team)
+    runnable["n"] = 1
+    for _ in range(8):  # the smoothed count decays below the threshold
+        with nf.compute_scope():
+            nf._parallel(part, 3, 1 << 30)
+            placed = len(os.sched_getaffinity(0)) == 1
+    assert placed
+    assert os.sched_getaffinity(0) == before
+
+
+def test_cpus_busy_reads_the_runnable_count():
+    """The fourth field of /proc/loadavg counts this thread: alone on two CPUs a team of two is
+    not 'busy'; with three others runnable it is."""
+    n = nf._read_runnable()
+    if n is None:
+        pytest.skip("no /proc/loadavg here")
+    assert n >= 1
+    saved = dict(nf._load)
+    try:
+        nf._load.update(t=float("-inf"), others=0.0)
+        orig = nf._read_runnable
+        nf._read_runnable = lambda: 1
+        assert not nf._cpus_busy(2, 2)
+        nf._load.update(t=float("-inf"), others=0.0)
+        nf._read_runnable = lambda: 4
+        assert nf._cpus_busy(2, 2)
+        assert not nf._cpus_busy(2, 16) or nf._load["others"] + 2 > 16.5
+    finally:
+        nf._read_runnable = orig
+        nf._load.update(saved)
 
 
 def test_worker_error_reaches_the_caller_and_the_team_stays_usable(threads3):
