@@ -1189,3 +1189,42 @@ def test_numpy_fast_depthwise_dense_small_maps(monkeypatch, dtype):
     x2 = rnd(1, 6, 4, 5).astype(dtype)  # a second input size: a second matrix
     assert_close(plan(x2), F.conv2d(F.pad(t(x2), (1, 2, 2, 1)), t(wt), t(b), 2, 0, 1, 6).numpy(), rtol=rtol)
     assert len(plan._dense) == 2
+
+
+class _ConvThenDimActivation(nn.Module):
+    """A convolution whose only consumer is an activation over a dim: the runtime fuses it (the
+    activation layer's forward becomes the convolution's callable) and the callable must see the
+    convolution's output shape, not its internal 4-D/5-D one."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.conv = {"conv1d": nn.Conv1d(6, 8, 3, padding=1), "convT1d": nn.ConvTranspose1d(6, 8, 3, stride=2),
+                     "conv3d": nn.Conv3d(3, 4, 3, padding=1), "conv3d_t": nn.Conv3d(3, 4, (3, 1, 1)),
+                     "conv2d": nn.Conv2d(3, 4, 3, padding=1)}[kind.split(":")[0]]
+
+    def forward(self, x):
+        y = self.conv(x)
+        dim = int(self.kind.split(":")[1])
+        if self.kind.endswith(":glu"):
+            return F.glu(y, dim=dim)
+        return F.softmax(y, dim=dim)
+
+
+@pytest.mark.parametrize("kind, shape", [
+    ("conv1d:2", (2, 6, 10)), ("conv1d:-2", (2, 6, 10)), ("conv1d:2:glu", (2, 6, 10)),
+    ("convT1d:2", (2, 6, 7)), ("conv3d:2", (2, 3, 4, 5, 6)), ("conv3d_t:4", (2, 3, 4, 5, 6)),
+    ("conv2d:3", (2, 3, 6, 8)),
+])
+def test_activation_over_a_dim_fused_into_a_convolution(model_backend, tmp_path, kind, shape):
+    """Conv1d then softmax(dim=2) was fused and applied on the (N, C, 1, L) array inside the
+    convolution (ECAPA-TDNN's attentive pooling 2e3 off torch; GLU(dim=2) refused the shape)."""
+    from helpers import compare_with_torch, export_torch
+
+    torch.manual_seed(0)
+    m = _ConvThenDimActivation(kind).eval()
+    x = torch.from_numpy(rnd(*shape))
+    param = export_torch(m, (x,), tmp_path)
+    g = kuiper_xp.load(param, backend="numpy")
+    assert g.fused, "the activation is expected to be fused into the convolution"
+    compare_with_torch(m, (x,), model_backend, param=param, rtol=1e-5)

@@ -232,9 +232,13 @@ class FusesActivation:
             raise ValueError(f"fused activation {spec!r} needs the backend's activation_inplace")
         self.fused_activation = spec if named else checked_activation(spec)
 
-    def _activate(self, y: Any) -> Any:
+    def _activate(self, y: Any, stage: str = "any") -> Any:
+        """Apply the fused activation to ``y``. A layer computing on an internal shape calls it
+        with ``stage="inner"`` there (an elementwise spec runs on the fresh array) and with
+        ``stage="outer"`` on the output's own shape, where a callable runs: the activation's
+        layer (softmax over a dim, GLU, PReLU's channels) must see the shape it would have."""
         act = self.fused_activation
-        if act is None:
+        if act is None or (stage == "inner" and callable(act)) or (stage == "outer" and not callable(act)):
             return y
         if callable(act):
             return act(y)

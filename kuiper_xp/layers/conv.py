@@ -281,7 +281,7 @@ class Convolution(_ConvBase):
             y = plan(x)
         else:
             y = fn.conv2d(x, weight, bias, self.stride, pads, self.dilation, self.groups, xp=xp)
-        return self._from4d(self._activate(y), unbatched)
+        return self._activate(self._from4d(y, unbatched))
 
     def reads_channels_last(self) -> bool:
         """True when this convolution (a depthwise one on a small map, numpy backend) reads a
@@ -366,4 +366,4 @@ class ConvTranspose(_ConvBase):
         else:
             y = fn.conv_transpose2d(x, weight, bias, self.stride, self.padding, self.output_padding,
                                     self.dilation, self.groups, xp=xp)
-        return self._from4d(self._activate(y), unbatched)
+        return self._activate(self._from4d(y, unbatched))

@@ -176,9 +176,9 @@ class Conv3d(FusesActivation, Layer):
             if d + sum(self.padding[0]) < self.dilation[0] * (self.weight.shape[2] - 1) + 1:
                 raise ShapeError(f"{self.where}: output depth would be empty for input {tuple(x.shape)} (padded)")
             y = self.depth_only(xp.reshape(x, (n, c, d, h * w)))
-            y = self._activate(y)
+            y = self._activate(y, "inner")
             y = xp.reshape(y, (n, y.shape[1], y.shape[2], h, w))
-            return y[0, ...] if unbatched else y
+            return self._activate(y[0, ...] if unbatched else y, "outer")
         if self.mode == "zeros":
             x = fn.pad(x, (self.padding[0], (0, 0), (0, 0)), "zeros", xp=xp)
         else:
@@ -202,9 +202,9 @@ class Conv3d(FusesActivation, Layer):
         o, ho, wo = y.shape[1], y.shape[2], y.shape[3]
         if self.bias is not None and not self.folded:
             y = y + xp.reshape(self.bias, (1, o, 1, 1))
-        y = self._activate(y)
+        y = self._activate(y, "inner")
         y = xp.permute_dims(xp.reshape(y, (n, do, o, ho, wo)), (0, 2, 1, 3, 4))
-        return y[0, ...] if unbatched else y
+        return self._activate(y[0, ...] if unbatched else y, "outer")
 
 
 @register("nn.ConvTranspose3d")

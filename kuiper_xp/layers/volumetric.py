@@ -245,8 +245,8 @@ class _Volumetric(FusesActivation, Layer):
                         f"not divisible by groups={self.groups}")
 
     def _finish(self, y: Any, unbatched: bool) -> Any:
-        y = self._activate(y)
-        return y[0, ...] if unbatched else y
+        y = self._activate(y, "inner")
+        return self._activate(y[0, ...] if unbatched else y, "outer")
 
 
 @register("F.conv3d")
