@@ -182,6 +182,13 @@ USE_SHIFT = True
 SHIFT_BLOCK_BYTES = 2 << 20
 #: strided GEMM convolutions read their patches from the input's polyphase split
 GEMM_POLYPHASE = True
+#: ... when no stride is larger than this: each phase is its own patch block, filled by its own
+#: calls, and many small ones cost more than the strided reads they save (2 threads, min of 7:
+#: an STFT as Conv1d(1, 258, 256, stride=128) over 16000 samples 1.66 ms in 128 phases against
+#: 0.24 in one block; Conv1d(1, 402, 400, stride=160) at batch 4 2.76 against 0.84; a 5x5
+#: stride-4 16 -> 32 at 64x64 1.24 against 0.70; stride 2 kept: ResNet-18's 7x7/2 stem at
+#: batch 8 17.2 against 23.8 ms, YOLOv5n's 16 -> 32 3x3/2 at 320x320 4.7 against 5.7)
+GEMM_POLYPHASE_MAX_STRIDE = 2
 #: max and average pooling work on blocks of (image, channel) planes of about this many bytes
 #: (2 AMD EPYC cores, 1 MiB L2 each: ResNet-18's 3x3/2 max pool at batch 8 3.5 ms against 5.5
 #: with 256 KiB blocks, 0.50 against 0.75 at batch 1; a 3x3/1 average over 768x112x112 12 against
@@ -1486,7 +1493,7 @@ def _gemm_blocks(kh, kw, stride, dilation, cg) -> list[_GemmBlock]:
     taps that land on it, in (c, i, j) order inside the block (the weights are permuted alike).
     Tap i lands on phase ``i*dh % sh`` at phase row ``i*dh // sh``; those rows step evenly."""
     (sh, sw), (dh, dw) = stride, dilation
-    if (sh, sw) == (1, 1) or kh * kw == 1 or not GEMM_POLYPHASE:
+    if (sh, sw) == (1, 1) or kh * kw == 1 or not GEMM_POLYPHASE or max(sh, sw) > GEMM_POLYPHASE_MAX_STRIDE:
         return [_GemmBlock(None, range(kh), range(kw), 0, 0, dh, dw, sh, sw, 0, cg)]
     blocks, koff = [], 0
     for p in range(sh):

@@ -1228,3 +1228,28 @@ def test_activation_over_a_dim_fused_into_a_convolution(model_backend, tmp_path,
     g = kuiper_xp.load(param, backend="numpy")
     assert g.fused, "the activation is expected to be fused into the convolution"
     compare_with_torch(m, (x,), model_backend, param=param, rtol=1e-5)
+
+
+@pytest.mark.parametrize("max_stride", [2, 1 << 10], ids=["large-strides-one-block", "all-polyphase"])
+@pytest.mark.parametrize("n, c, o, h, w, kh, kw, stride, pads", [
+    (1, 1, 10, 1, 700, 1, 64, (1, 32), ((0, 0), (0, 0))),   # an STFT-like Conv1d: 32 phases
+    (2, 3, 5, 17, 19, 5, 5, (4, 4), ((2, 2), (1, 2))),
+    (2, 4, 6, 13, 14, 4, 4, (3, 3), ((2, 1), (0, 2))),
+    (1, 3, 4, 15, 15, 3, 3, (2, 2), ((1, 1), (1, 1))),     # stride 2: polyphase either way
+])
+def test_numpy_fast_gemm_polyphase_only_for_small_strides(monkeypatch, max_stride, n, c, o, h, w, kh, kw,
+                                                          stride, pads):
+    """A strided GEMM convolution takes its patches from the input's polyphase split only up to
+    GEMM_POLYPHASE_MAX_STRIDE (one patch block per phase: 32 of them for the STFT-like case);
+    both layouts give torch's result."""
+    monkeypatch.setattr(nf, "GEMM_POLYPHASE_MAX_STRIDE", max_stride)
+    x, wt, b = rnd(n, c, h, w), rnd(o, c, kh, kw, seed=1), rnd(o, seed=2)
+    blocks = nf._gemm_blocks(kh, kw, stride, (1, 1), c)
+    phases = sum(1 for p in range(stride[0]) if p < kh) * sum(1 for q in range(stride[1]) if q < kw)
+    assert len(blocks) == (phases if max(stride) <= max_stride else 1)
+    plan = nf.conv2d_plan(wt, b, stride=stride, pads=pads, algo="gemm")
+    xp_ = F.pad(t(x), (pads[1][0], pads[1][1], pads[0][0], pads[0][1]))
+    want = F.conv2d(xp_, t(wt), t(b), stride).numpy()
+    from helpers import in_fast_scope
+
+    assert_close(in_fast_scope(nf, lambda: plan(x)), want, rtol=RTOL, what=f"{len(blocks)} blocks")
