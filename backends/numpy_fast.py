@@ -170,6 +170,11 @@ DEPTHWISE_DENSE_MIN_BATCH = 4
 #: 7.3 against 13.9 (5.4), rate 6 (0.73) 9.4 against 13.2 (7.0); rate 12 at batch 4 28.9 against
 #: 44.3 (37.6)
 TAPS_MAX_FRACTION = 0.8
+#: ... and when the products it skips come to at least this many multiply-adds per tap GEMM it
+#: runs (each is a few Python-issued calls): on small undilated maps the padding is much of the
+#: patch area too, but one im2col GEMM beats a hundred tiny ones (TimesNet's 16 -> 16 5x5 over
+#: 4x24 maps at batch 4: 0.88 ms as taps against torch's 0.08)
+TAPS_MIN_SAVED_MACS = 1 << 19
 #: stride-1 undilated convolutions with at most 1/SHIFT_MAX_OUT_RATIO as many outputs as input
 #: channels (and no Winograd) run "shift": one GEMM of all taps' weights stacked, ``(kh*kw*O, C)``, with
 #: the flattened padded input, then kh*kw shifted adds of the small ``(O, pixels)`` pieces: no
@@ -1887,7 +1892,7 @@ class Conv2dPlan:
         if self.stride != (1, 1) or self.groups != 1 or self.kh * self.kw == 1:
             return None
         cache = self.__dict__.setdefault("_rects", {})
-        key = (h, w, TAPS_MAX_FRACTION)
+        key = (h, w, TAPS_MAX_FRACTION, TAPS_MIN_SAVED_MACS)
         if key not in cache:
             if len(cache) >= 16:
                 cache.clear()
@@ -1907,7 +1912,8 @@ class Conv2dPlan:
                 if r1 > r0 and c1 > c0:
                     rects.append((i * self.kw + j, r0, r1, c0, c1, di, dj))
                     used += (r1 - r0) * (c1 - c0)
-        if used > TAPS_MAX_FRACTION * self.kh * self.kw * ho * wo:
+        full = self.kh * self.kw * ho * wo
+        if used > TAPS_MAX_FRACTION * full or (full - used) * self.o * self.cg < TAPS_MIN_SAVED_MACS * len(rects):
             return None
         return rects
 

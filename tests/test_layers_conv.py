@@ -586,6 +586,7 @@ def test_numpy_fast_dilated_conv_one_gemm_per_tap(monkeypatch, case, dtype):
     (kh, kw), dil, pads, (h, w_), n, bias, act = case
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
+    monkeypatch.setattr(nf, "TAPS_MIN_SAVED_MACS", 0)  # (small channel counts: the path's mechanics)
     x = rnd(n, 5, h, w_).astype(dtype)
     w, b = rnd(7, 5, kh, kw, seed=1).astype(dtype), rnd(7, seed=2).astype(dtype) if bias else None
     plan = nf.conv2d_plan(w, b, stride=(1, 1), dilation=dil, pads=pads)
@@ -616,9 +617,17 @@ def test_numpy_fast_dilated_conv_one_gemm_per_tap(monkeypatch, case, dtype):
     assert_close(got, im2col, rtol=tol, what="per-tap GEMMs against the im2col GEMM")
 
 
-def test_numpy_fast_taps_only_where_padding_dominates():
+def test_numpy_fast_taps_only_where_padding_dominates(monkeypatch):
     """The per-tap path is taken only when the taps' real pixels are few: DeepLab's rate 18 on a
-    28x28 map (a third), not a 3x3 convolution with padding 1 on 7x7 (0.82) nor a strided one."""
+    28x28 map (a third), not a 3x3 convolution with padding 1 on 7x7 (0.82) nor a strided one;
+    and only when the products it skips are worth its tap GEMMs: 256 -> 256 at rate 18, not
+    TimesNet's 16 -> 16 5x5 over 4x24 maps (padding a third of the patches there too)."""
+    big = nf.conv2d_plan(rnd(256, 256, 3, 3), None, dilation=(18, 18), pads=((18, 18), (18, 18)))
+    assert big._tap_rects(28, 28, 28, 28) is not None
+    small_map = nf.conv2d_plan(rnd(16, 16, 5, 5), None, pads=((2, 2), (2, 2)), algo="gemm")
+    assert small_map._tap_rects(4, 24, 4, 24) is None
+    monkeypatch.setattr(nf, "TAPS_MIN_SAVED_MACS", 0)
+    assert small_map._tap_rects(4, 24, 4, 24) is not None  # (padding alone would have taken it)
     w = rnd(4, 3, 3, 3)
     rate18 = nf.conv2d_plan(w, None, dilation=(18, 18), pads=((18, 18), (18, 18)))
     rects = rate18._tap_rects(28, 28, 28, 28)
