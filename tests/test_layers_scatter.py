@@ -171,6 +171,46 @@ def test_scatter_reduce_layer(reduce, backend):
         layer(a(t2n(x)), 1, a(t2n(i)), a(t2n(s)), "max", True)
 
 
+@pytest.mark.parametrize("reduce, inc", [("mean", False), ("sum", True), ("amax", False), ("prod", True),
+                                          ("amin", True)])
+@pytest.mark.parametrize("axis", [1, 0, 2])
+def test_scatter_reduce_with_an_expanded_index(reduce, inc, axis, backend, monkeypatch):
+    """GraphSAGE's mean aggregation: an index column expanded over the other axes (a zero-stride
+    view on numpy/cupy) scatters whole slices along ``axis`` without flat positions; an index
+    covering only part of another axis (or of src) keeps the general path. Against torch."""
+    import kuiper_xp.layers.scatter as sc
+
+    layer = make_layer(backend, "aten::scatter_reduce sr 6 1 0 1 2 3 4 5 6", 6)
+    xp = backend.xp
+    shape = [3, 5, 4]
+    k = 7
+    col = torch.tensor([4, 0, 2, 4, 1, 0, 4])[: min(k, 7)] % shape[axis]
+    ishape = list(shape)
+    ishape[axis] = k
+    view = [1, 1, 1]
+    view[axis] = k
+    x, src = _r(*shape), _r(*ishape, seed=1)
+    idx_t = col.view(view).expand(ishape)
+    want = t2n(x.scatter_reduce(axis, idx_t, src, reduce, include_self=inc))
+    idx = xp.broadcast_to(xp.reshape(backend.asarray(t2n(col)), tuple(view)), tuple(ishape))
+    built = []
+    real = sc._dim_positions
+    monkeypatch.setattr(sc, "_dim_positions", lambda *a: built.append(1) or real(*a))
+    got = layer(backend.asarray(t2n(x)), axis, idx, backend.asarray(t2n(src)), reduce, inc)
+    assert_close(got, want, rtol=1e-5, what=f"{reduce} along {axis}")
+    if getattr(idx, "strides", None) is not None:
+        assert not built, "an expanded index should not need flat positions"
+    # part of another axis only: general path, same answer as torch
+    other = (axis + 1) % 3
+    part = list(ishape)
+    part[other] -= 1
+    idx_p = idx_t[tuple(slice(0, n) for n in part)]
+    want_p = t2n(x.scatter_reduce(axis, idx_p, src, reduce, include_self=inc))
+    idx_pb = idx[tuple(slice(0, n) for n in part)]
+    got = layer(backend.asarray(t2n(x)), axis, idx_pb, backend.asarray(t2n(src)), reduce, inc)
+    assert_close(got, want_p, rtol=1e-5, what=f"{reduce} along {axis}, partial index")
+
+
 def test_searchsorted_side_layer(backend):
     layer = make_layer(backend, "aten::searchsorted ss 6 1 0 1 2 3 4 5 6", 6)
     a = backend.asarray

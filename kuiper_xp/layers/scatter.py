@@ -234,6 +234,21 @@ def _dim_positions(xp: Any, shape: tuple, axis: int, index: Any, device: Any) ->
     return pos
 
 
+def _axis_only_index(index: Any, axis: int, x_shape: tuple, src_shape: tuple) -> Any:
+    """The 1-D index along ``axis`` when ``index`` is one column broadcast over every other axis
+    (``Tensor.expand`` of it: a zero stride there, on backends whose arrays have strides) and
+    covers the input and src whole on those axes (GraphSAGE's mean aggregation
+    ``scatter_reduce(1, dst.view(1, -1, 1).expand(B, -1, C), msg, "mean")``); else None."""
+    strides = getattr(index, "strides", None)
+    if strides is None or len(strides) != index.ndim:
+        return None
+    for a in range(index.ndim):
+        if a != axis and (index.shape[a] != x_shape[a] or index.shape[a] != src_shape[a]
+                          or (index.shape[a] > 1 and strides[a] != 0)):
+            return None
+    return index[(0,) * axis + (slice(None),) + (0,) * (index.ndim - axis - 1)]
+
+
 def _scatter_along(xp: Any, x: Any, axis: int, index: Any, src: Any, reduce: str, include_self: bool,
                    device: Any, where: str, fast: Any = None) -> Any:
     """torch's ``scatter_add`` / ``scatter_reduce`` along ``axis``."""
@@ -249,6 +264,11 @@ def _scatter_along(xp: Any, x: Any, axis: int, index: Any, src: Any, reduce: str
                              xp.reshape(_value_like(xp, src, x, device, where), (1,)), reduce, include_self, device,
                              fast)
         return xp.reshape(x1, ())
+    column = _axis_only_index(index, axis, tuple(x.shape), tuple(src.shape))
+    if column is not None:  # whole slices along ``axis``: no flat positions to build
+        column = _index_array(xp, column, x.shape[axis], where, negative=False)
+        src = _value_like(xp, src[tuple(slice(0, s) for s in index.shape)], x, device, where)
+        return segment_scatter(xp, x, column, src, reduce, include_self, device, fast, axis=axis)
     index = _index_array(xp, index, x.shape[axis], where, negative=False)
     src = _value_like(xp, src[tuple(slice(0, s) for s in index.shape)], x, device, where)
     pos = _dim_positions(xp, tuple(x.shape), axis, index, device)
