@@ -150,6 +150,7 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
     import ast
 
     names = set()
+    beside: list[Path] = []  # modules next to the file that it imports (their text is hashed too)
     for node in ast.parse(file.read_text(), filename=str(file)).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names.add(node.name)
@@ -157,13 +158,21 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            roots = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if not node.level else [])
+            for root in {r.split(".")[0] for r in roots if r}:
+                if (file.parent / f"{root}.py").is_file():
+                    beside.append(file.parent / f"{root}.py")
+                elif (file.parent / root / "__init__.py").is_file():
+                    beside.extend(sorted((file.parent / root).rglob("*.py")))
     if attr not in names:
         raise KeyError(f"{path}:{attr}: {file.name} defines no top-level {attr!r} "
                        f"(found: {', '.join(sorted(names)) or 'nothing'})")
     specs = parse_inputs(input_shape)
     shapes = [shape for shape, _, _ in specs]
     key = shapes if all(dt == "float32" for _, dt, _ in specs) else specs  # (float-only: the old names)
-    digest = hashlib.sha256(file.read_bytes() + repr((attr, key)).encode()).hexdigest()[:10]
+    text = file.read_bytes() + b"".join(f.read_bytes() for f in sorted(set(beside)))
+    digest = hashlib.sha256(text + repr((attr, key)).encode()).hexdigest()[:10]
     name = f"{re.sub(r'[^A-Za-z0-9_]+', '_', f'{file.stem}_{attr}').strip('_')}_{digest}"
 
     def build():
@@ -172,7 +181,15 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
         mod_spec = importlib.util.spec_from_file_location(f"kuiper_bench_user_{digest}", file)
         module = importlib.util.module_from_spec(mod_spec)
         torch.manual_seed(0)  # the file runs again for each build: tensors drawn at import agree too
-        mod_spec.loader.exec_module(module)
+        folder = str(file.parent)  # (so that it can import the modules beside it)
+        added = folder not in sys.path
+        if added:
+            sys.path.insert(0, folder)
+        try:
+            mod_spec.loader.exec_module(module)
+        finally:
+            if added and folder in sys.path:
+                sys.path.remove(folder)
         factory = getattr(module, attr, None)
         if factory is None:
             raise KeyError(f"{file} defines no {attr!r}")

@@ -159,6 +159,52 @@ def test_input_shapes_with_dtypes():
             parse_inputs(bad)
 
 
+def test_a_model_file_imports_the_modules_beside_it(tmp_path):
+    """A model file may import a module next to it (``from blocks import Block``): build() finds
+    it, sys.path is as before afterwards, and editing that module changes the export's cache
+    name as editing the file does."""
+    import torch
+
+    if str(RUN.parent) not in sys.path:
+        sys.path.insert(0, str(RUN.parent))
+    from models import user_model
+
+    (tmp_path / "blocks_kxp_test.py").write_text(
+        "import torch\nclass Block(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n")
+    (tmp_path / "net.py").write_text("import torch\nfrom blocks_kxp_test import Block\n\n"
+                                     "def build():\n    return torch.nn.Sequential(Block(), torch.nn.ReLU())\n")
+    before = list(sys.path)
+    spec = user_model(str(tmp_path / "net.py"), "build", "4")
+    model = spec.build()
+    assert sys.path == before
+    assert torch.equal(model(torch.tensor([[-1.0, 2.0, 0.5, -3.0]])), torch.tensor([[0.0, 4.0, 1.0, 0.0]]))
+    (tmp_path / "blocks_kxp_test.py").write_text(
+        "import torch\nclass Block(torch.nn.Module):\n    def forward(self, x):\n        return x * 3\n")
+    assert user_model(str(tmp_path / "net.py"), "build", "4").name != spec.name
+    sys.modules.pop("blocks_kxp_test", None)
+
+
+def test_rel_error_shapes_and_non_finite_values():
+    """The accuracy check: equal infinities (masked log-probabilities) are no error; NaN or inf
+    where torch has none (or another sign) is; a shape that only reshapes to torch's is an error
+    except for ncnn (no batch axis)."""
+    import numpy as np
+
+    if str(RUN.parent) not in sys.path:
+        sys.path.insert(0, str(RUN.parent))
+    from run import rel_error
+
+    ref = np.array([[0.5, -np.inf, 2.0]], np.float32)
+    assert rel_error([ref + np.float32(1e-6)], [ref]) == (pytest.approx(5e-7, rel=0.2), "")
+    for bad in ([[0.5, np.inf, 2.0]], [[0.5, np.nan, 2.0]], [[np.nan, -np.inf, 2.0]]):
+        err, why = rel_error([np.array(bad, np.float32)], [ref])
+        assert err is None and "non-finite" in why
+    err, why = rel_error([ref.reshape(3, 1)], [ref])
+    assert err is None and "shape (3, 1)" in why
+    assert rel_error([ref[0]], [ref], exact_shape=False) == (0.0, "")
+    assert rel_error([ref, ref], [ref])[1] == "2 outputs, torch has 1"
+
+
 def test_overhead_benchmark_runs():
     """benchmarks/bench_overhead.py on a short chain: its output matches torch (it asserts
     that itself) and it prints both lines."""
