@@ -222,3 +222,57 @@ def test_equal_weights_are_shared(backend, tmp_path):
         assert len(convs) == 3 and len({id(c._plan) for c in convs}) == 1
         with pytest.raises(ValueError, match="read-only"):
             convs[0].weight[0, 0, 0, 0] = 1.0
+
+
+class _TiedHead(nn.Module):
+    """GPT-2 / BERT-MLM style weight tying: the output projection is the embedding table."""
+
+    def __init__(self, reverse=False):
+        super().__init__()
+        self.reverse = reverse
+        self.emb, self.head = nn.Embedding(11, 8), nn.Linear(8, 11, bias=reverse)
+        if reverse:  # the Linear is used first, so pnnx ties the Embedding to it
+            self.emb.weight = self.head.weight
+        else:
+            self.head.weight = self.emb.weight
+
+    def forward(self, ids, x):
+        if self.reverse:
+            return self.head(x), self.emb(ids).sum(1)
+        return self.head(self.emb(ids).mean(1)) + x.sum(1, keepdim=True)
+
+
+class _TiedConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.b.weight = self.a.weight
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("kind", ["lm_head", "reverse", "conv"])
+def test_tied_weights_are_not_taken_for_the_input(kind, backend, tmp_path):
+    """pnnx writes the second user of a tied parameter with its own @weight and an extra operand
+    from a pnnx.Attribute holding the same values in front of the real input; taken as the
+    input, it made the LM head compute ``table @ x.T`` (at batch 11 = out_features silently,
+    with the declared shape). The operand is dropped; against torch at batches 1, 3 and 11."""
+    torch.manual_seed(0)
+    if kind == "conv":
+        m = _TiedConv().eval()
+        make = lambda b: (torch.randn(b, 4, 6, 6),)  # noqa: E731
+    else:
+        m = _TiedHead(reverse=kind == "reverse").eval()
+        make = lambda b: (torch.randint(0, 11, (b, 4)), torch.randn(b, 8))  # noqa: E731
+    param = export_torch(m, make(1), tmp_path, inputs2=make(3))
+    text = param.read_text()
+    assert "pnnx.Attribute" in text  # (the shape of the file this test is about)
+    g = kuiper_xp.load(param, backend=backend)
+    for b in (1, 3, 11):
+        inputs = make(b)
+        expected = torch_outputs(m, inputs)
+        got = g(*[i.numpy() for i in inputs])
+        assert len(got) == len(expected)
+        for a, e in zip(got, expected):
+            assert_close(backend.to_numpy(a), e, rtol=1e-5, what=f"{kind} batch {b}")

@@ -199,6 +199,7 @@ class Graph:
         assert self.model is not None
         model = self.model
         by_op = {id(r.op): r for r in self.operators}
+        _drop_tied_weight_operands(self.operators)
 
         # graph inputs and outputs
         in_ops = [r for r in self.operators if r.type == "pnnx.Input"]
@@ -916,3 +917,45 @@ def load(
     else numpy). ``fuse=False`` keeps every activation as its own step (no folding into the
     producing convolution). Returns a built :class:`Graph`; call it with the inputs."""
     return Graph(param_path, bin_path=bin_path, backend=backend, device=device, fuse=fuse).build()
+
+
+def _drop_tied_weight_operands(operators: list) -> int:
+    """Tied weights (a language model's output projection sharing the embedding table, a tied
+    autoencoder): pnnx writes the module using the shared parameter second with its own
+    ``@weight`` *and* an extra unnamed operand in front of its real input, produced by a
+    ``pnnx.Attribute`` holding the same values. Taken as the data input, that operand made the
+    Linear compute ``weight @ x.T`` (silently wrong where the shapes happened to fit). Such an
+    operand (an nn.* module's unnamed input from an attribute equal to one of its weights) is
+    dropped; returns how many were."""
+    dropped = 0
+    for r in operators:
+        op = r.op
+        if not op.type.startswith("nn.") or not op.attrs or len(op.inputs) < 2:
+            continue
+        for k in range(len(op.inputs) - 1, -1, -1):
+            operand = op.inputs[k]
+            prod = operand.producer
+            named = k < len(op.input_names) and op.input_names[k]
+            data = None if prod is None or prod.type != "pnnx.Attribute" else prod.attrs.get("data")
+            if named or data is None or len(op.inputs) < 2:
+                continue
+            same = [w for w in op.attrs.values() if w.shape == data.shape and w.dtype == data.dtype]
+            if not same:
+                continue
+            try:
+                values = data.numpy()
+                if not any(_np_equal(values, w.numpy()) for w in same):
+                    continue
+            except Exception:  # (a weight that cannot be read: the layer's own build says so)
+                continue
+            del op.inputs[k]
+            if k < len(op.input_names):
+                del op.input_names[k]
+            operand.consumers = [c for c in operand.consumers if c is not op]
+            dropped += 1
+    return dropped
+
+
+def _np_equal(a: Any, b: Any) -> bool:
+    """Bitwise equality of two host arrays of one shape and dtype (the .bin reader's arrays)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
