@@ -133,7 +133,8 @@ def test_mha_rejects_bad_weights(backend):
 # ---- F.scaled_dot_product_attention ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ["causal", "causal_rect", "float_mask", "bool_mask", "scale", "gqa", "3d"])
+@pytest.mark.parametrize("case", ["causal", "causal_rect", "float_mask", "bool_mask", "scale", "gqa", "3d",
+                                  "bool_mask_dead_rows", "float_mask_dead_rows"])
 def test_sdpa(backend, tmp_path, case):
     q, k, v = _x(2, 4, 5, 8), _x(2, 4, 5, 8), _x(2, 4, 5, 6)
     kw, params, ins, keys = {}, "dropout_p=0.0", [q, k, v], ["query", "key", "value"]
@@ -148,6 +149,15 @@ def test_sdpa(backend, tmp_path, case):
         kw["attn_mask"] = torch.from_numpy(m)
         ins, keys = ins + [m], keys + ["attn_mask"]
         params += " is_causal=False"
+    elif case in ("float_mask_dead_rows", "bool_mask_dead_rows"):
+        # queries whose mask keeps no key (a left-padded batch): torch's SDPA gives zeros there
+        m = np.tril(np.ones((2, 1, 5, 5), bool))
+        m[0, :, 1] = m[1, :, 3] = False
+        if case == "float_mask_dead_rows":
+            m = np.where(m, _x(2, 1, 5, 5), -np.inf).astype(np.float32)
+        kw["attn_mask"] = torch.from_numpy(m)
+        ins, keys = ins + [m], keys + ["attn_mask"]
+        params += " is_causal=False"
     elif case == "scale":
         kw["scale"], params = 0.3, params + " attn_mask=None is_causal=False scale=0.3"
     elif case == "gqa":
@@ -159,6 +169,8 @@ def test_sdpa(backend, tmp_path, case):
         ins = [q, k, v]
         params += " attn_mask=None is_causal=False"
     e = F.scaled_dot_product_attention(*(torch.from_numpy(a) for a in ins[:3]), **kw)
+    if "dead_rows" in case:
+        assert (t2n(e)[0, :, 1] == 0).all() and np.isfinite(t2n(e)).all()
     run_one_op(backend, tmp_path, "F.scaled_dot_product_attention", ins, t2n(e), params=params, keys=keys, rtol=1e-4)
 
 

@@ -394,6 +394,11 @@ class ScaledDotProductAttention(Layer):
         elif "attn_mask" in self.pos:
             mask = additive_mask(xp, inputs[self.pos["attn_mask"]], q.dtype, self.device, true_means_keep=True)
         out, _ = attend(xp, q, k, v, scale, mask, self.matmul, self._attention)
+        if mask is not None and not self.causal:
+            # torch's SDPA gives zeros, not NaN, for a query whose mask keeps no key (the padded
+            # rows of a left-padded batch); nn.MultiheadAttention keeps its NaN
+            dead = xp.all(mask == -math.inf, axis=-1, keepdims=True)
+            out = xp.where(dead, xp.zeros((), dtype=out.dtype, device=self.device), out)
         return out
 
 
