@@ -66,6 +66,12 @@ CASES = {
                             torch.vander(i, N=0))),  # (pnnx hangs exporting vander of an empty tensor)
         (_r(4), _i(3, seed=1), _i(5, seed=2, dtype=torch.int16)), {"aten::vander"}),
     "vander_f64": (Fn(lambda v: torch.vander(v, N=5)), (_r(4, dtype=D),), {"aten::vander"}),
+    # coordinate grids: the count from a shape (dynamic), dtypes by code, a bound from a shape
+    "linspace": (
+        Fn(lambda x: (x * torch.linspace(-1, 1, x.shape[-1]), torch.linspace(0, 10, x.shape[-1], dtype=torch.float64),
+                      torch.linspace(2, 7, x.shape[-1], dtype=torch.int64), torch.linspace(x.shape[0], 3.5, 4),
+                      torch.linspace(-3.3, 1e3, 7) * 1, torch.linspace(5, 5, 1) + x[0, :1])),
+        (_r(2, 6),), {"aten::linspace"}, (_r(3, 9, seed=1),)),
     "combinations": (
         Fn(lambda v, i: (torch.combinations(v), torch.combinations(v, r=3, with_replacement=True),
                          torch.combinations(v, r=1), torch.combinations(v, r=5), torch.combinations(v, r=0),
@@ -160,6 +166,10 @@ def test_matches_torch(name, backend, exported):
     assert len(got) == len(want)
     for k, (a, e) in enumerate(zip(got, want)):
         assert_close(backend.to_numpy(a), t2n(e), rtol=1e-5, what=f"{name} output {k}")
+    if len(CASES[name]) > 3:  # a dynamic export: its other shapes too
+        inputs2 = CASES[name][3]
+        for k, (a, e) in enumerate(zip(_run(backend, param, inputs2), _torch(module, inputs2))):
+            assert_close(backend.to_numpy(a), t2n(e), rtol=1e-5, what=f"{name} output {k}, second shape")
 
 
 def test_dynamic_length(backend, exported):

@@ -48,7 +48,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
-from .misc import is_float, promote
+from .misc import is_float, output_dtype, promote
 from .registry import register
 from .shape import dtype_name, norm_dim, norm_dims, runtime_int, runtime_ints
 
@@ -361,6 +361,59 @@ class Vander(_ArrayLayer):
         if not self._flag(increasing, "increasing"):
             cols.reverse()
         return xp.stack(cols, axis=1)
+
+
+#: torch's ScalarType codes, as pnnx writes a ``dtype`` argument it keeps as an input
+_SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32",
+                 7: "float64", 11: "bool"}
+
+
+@register("aten::linspace")
+class Linspace(_ArrayLayer):
+    """``torch.linspace(start, end, steps, dtype)`` (pnnx: ``aten::linspace op 7 1 start end steps
+    dtype layout device pin_memory``, the scalars as inputs, ``steps`` often ``size(@0,k)``): as
+    torch computes it, ``start + i*step`` for the first half of the points and ``end - (steps-1-i)
+    *step`` for the rest, ``step = (end - start) / (steps - 1)``, in the output's float dtype
+    (float64 for integer outputs, then truncated). The dtype is the one the file declares for the
+    output, else the ``dtype`` code, else float32."""
+
+    n_inputs = (7,)
+
+    def __init__(self, ctx: BuildContext, dtype: Any):
+        super().__init__(ctx)
+        self.dtype = dtype
+
+    @classmethod
+    def from_operator(cls, op, ctx: BuildContext):
+        if len(op.inputs) not in cls.n_inputs:
+            raise LayerParameterError(f"{op.where}: expected 7 inputs, found {len(op.inputs)}")
+        return cls(ctx, output_dtype(op, ctx.xp))
+
+    def forward(self, start: Any, end: Any, steps: Any, dtype: Any, *_: Any) -> Any:
+        xp = self.xp
+        out = self.dtype
+        if out is None:
+            code = None if dtype is None else self._int(dtype, "dtype")
+            name = "float32" if code is None else _SCALAR_TYPES.get(code)
+            if name is None or not hasattr(xp, name):
+                raise ShapeError(f"{self.who}: unsupported dtype code {code}")
+            out = getattr(xp, name)
+        n = self._int(steps, "steps")
+        if n < 0:
+            raise ShapeError(f"{self.who}: number of steps must be non-negative, found {n}")
+        a, b = self._number(start, "start"), self._number(end, "end")
+        work = out if is_float(xp, out) else xp.float64
+        if n <= 1:
+            return xp.astype(xp.full((n,), a, dtype=work, device=self.device), out)
+        lo = xp.asarray(a, dtype=work, device=self.device)
+        hi = xp.asarray(b, dtype=work, device=self.device)
+        step = (hi - lo) / xp.asarray(n - 1, dtype=work, device=self.device)
+        i = xp.arange(n, dtype=work, device=self.device)
+        half = n // 2
+        first = lo + step * i[:half]
+        second = hi - step * (xp.asarray(n - 1, dtype=work, device=self.device) - i[half:])
+        y = xp.concat([first, second])
+        return y if y.dtype == out else xp.astype(y, out)
 
 
 @register("aten::combinations")
