@@ -176,9 +176,14 @@ def test_group_norm_activation_fused_matches_torch(tmp_path, model_backend):
 
 @pytest.mark.parametrize("kind,shape", [("nn.InstanceNorm1d", (2, 3, 7)), ("nn.InstanceNorm2d", (2, 3, 4, 5)),
                                         ("nn.InstanceNorm3d", (1, 3, 2, 3, 4))])
-@pytest.mark.parametrize("affine,track", [(True, False), (False, True)])
-def test_instance_norm(backend, tmp_path, kind, shape, affine, track):
+@pytest.mark.parametrize("affine,track", [(True, False), (False, True), (False, False)])
+@pytest.mark.parametrize("unbatched", [False, True])
+def test_instance_norm(backend, tmp_path, kind, shape, affine, track, unbatched):
+    """nn.InstanceNormNd, also on an unbatched (C, *spatial) input as torch takes it (pnnx writes
+    the module on that operand: it was normalised over the wrong axes, or refused with affine)."""
     x = _x(*shape, scale=2.0, shift=-1.0)
+    if unbatched:
+        x = x[0]
     cls = getattr(nn, kind.split(".")[1])
     m = cls(3, affine=affine, track_running_stats=track).eval()
     weights = {}
@@ -194,6 +199,27 @@ def test_instance_norm(backend, tmp_path, kind, shape, affine, track):
         e = m(torch.from_numpy(x))
     run_one_op(backend, tmp_path, kind, [x], t2n(e), weights=weights,
                params=f"affine={affine} eps=1e-05 num_features=3 track_running_stats={track}")
+
+
+def test_unbatched_instance_norm_with_a_fused_softmax(model_backend, tmp_path):
+    """An unbatched InstanceNorm1d followed by softmax over dim 0 (the channels): the runtime fuses
+    the softmax into the norm, which must apply it on the (C, L) output."""
+    from helpers import compare_with_torch, export_torch
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n = nn.InstanceNorm1d(3, affine=True)
+
+        def forward(self, x):
+            return torch.softmax(self.n(x), dim=0)
+
+    torch.manual_seed(0)
+    m = M().eval()
+    x = torch.from_numpy(_x(3, 9, scale=2.0))
+    param = export_torch(m, (x,), tmp_path)
+    assert kuiper_xp.load(param, backend="numpy").fused
+    compare_with_torch(m, (x,), model_backend, param=param, rtol=1e-5)
 
 
 @pytest.mark.parametrize("p,dim", [(2.0, 1), (1.0, -1), (3.0, 0)])

@@ -54,15 +54,16 @@ class _NormBase(Layer):
         b = inputs[self.bias_pos] if self.bias_pos is not None else self.bias
         return w, b
 
-    def _fast_norm(self, x: Any, rest: tuple, groups: int) -> Any:
+    def _fast_norm(self, x: Any, rest: tuple, groups: int, call: bool = True) -> Any:
         """The backend's ``group_norm`` fast path with the affine and a fused activation (None
-        where there is none or it declines: the generic code then runs)."""
+        where there is none or it declines: the generic code then runs); a callable one only
+        when ``call`` (else the caller applies it, on the output's own shape)."""
         if self._fast_group_norm is None:
             return None
         act = getattr(self, "fused_activation", None)
         w, b = self._affine((x,) + rest)
         y = self._fast_group_norm(x, groups, w, b, self.eps, None if callable(act) else act)
-        return act(y) if y is not None and callable(act) else y
+        return act(y) if y is not None and callable(act) and call else y
 
     def _compute_dtype(self, x: Any) -> Any:
         xp = self.xp
@@ -216,9 +217,10 @@ class InstanceNorm(FusesActivation, _NormBase):
     statistics when the module tracks them (eval mode), then an optional per-channel affine."""
 
     def __init__(self, ctx, weight, weight_pos, bias, bias_pos, where, eps: float,
-                 mean: Any, var: Any, stat_pos: tuple[int | None, int | None]):
+                 mean: Any, var: Any, stat_pos: tuple[int | None, int | None], nd: int | None = None):
         super().__init__(ctx, weight, weight_pos, bias, bias_pos, where)
         self.eps, self.mean, self.var, self.stat_pos = eps, mean, var, stat_pos
+        self.nd = nd  # spatial rank of nn.InstanceNorm1d/2d/3d (None: F.instance_norm, batched only)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -234,9 +236,18 @@ class InstanceNorm(FusesActivation, _NormBase):
                     raise LayerParameterError(f"{op.where}: use_input_stats=False needs running_mean and running_var inputs")
         elif op.param("track_running_stats", bool, default=False):
             mean, var = op.weight("running_mean", ctx), op.weight("running_var", ctx)
-        return cls(ctx, w, wp, b, bp, op.where, op.param("eps", float, default=1e-5), mean, var, stat_pos)
+        nd = int(op.type[-2]) if op.type.startswith("nn.InstanceNorm") and op.type[-2].isdigit() else None
+        return cls(ctx, w, wp, b, bp, op.where, op.param("eps", float, default=1e-5), mean, var, stat_pos, nd)
 
     def forward(self, x: Any, *rest: Any) -> Any:
+        if self.nd is not None and x.ndim == self.nd + 1:
+            # unbatched (C, *spatial), as torch's InstanceNormNd takes it (pnnx writes the module
+            # on that operand): normalised as one sample, the fused activation on (C, ...)
+            y = self._normalise(self.xp.expand_dims(x, axis=0), rest, late=True)
+            return self._activate(y[0, ...], "outer")
+        return self._normalise(x, rest, late=False)
+
+    def _normalise(self, x: Any, rest: tuple, late: bool) -> Any:
         xp = self.xp
         inputs = (x,) + rest
         if x.ndim < 2:
@@ -244,7 +255,7 @@ class InstanceNorm(FusesActivation, _NormBase):
         c = x.shape[1]
         cshape = (1, c) + (1,) * (x.ndim - 2)
         if self.mean is None and self.stat_pos[0] is None:
-            y = self._fast_norm(x, rest, c)
+            y = self._fast_norm(x, rest, c, call=not late)
             if y is not None:
                 return y
         xc = self._compute_dtype(x)
@@ -263,7 +274,7 @@ class InstanceNorm(FusesActivation, _NormBase):
             y = y * xp.reshape(w, cshape)
         if b is not None:
             y = y + xp.reshape(b, cshape)
-        return self._activate(y if y.dtype == x.dtype else xp.astype(y, x.dtype))
+        return self._activate(y if y.dtype == x.dtype else xp.astype(y, x.dtype), "inner" if late else "any")
 
 
 @register("aten::instance_norm")
