@@ -690,3 +690,24 @@ def test_replaced_scores_fused_match_torch(model_backend, tmp_path):
     for a, b in zip(g(x2.numpy(), keep2.numpy()), plain(x2.numpy(), keep2.numpy())):
         assert_close(kuiper_xp.to_numpy(a), kuiper_xp.to_numpy(b), rtol=1e-5)
     assert len(calls) == 3 and all(c is not None for c in calls)  # the fast path took all three
+
+
+class _FillOfHigherRank(nn.Module):
+    """``torch.where(cond, scores, fill)`` whose one-element fill has more dimensions than the
+    scores: torch broadcasts the result (and so the attention output) up to the fill's rank."""
+
+    def forward(self, q, k, v, mraw):
+        w = q @ k.transpose(-1, -2)
+        fill = (mraw.sum() * 0 - 7.0).reshape(1, 1, 1, 1, 1)
+        return torch.softmax(torch.where(mraw > 0, w, fill), -1) @ v
+
+
+def test_replaced_scores_with_a_fill_of_higher_rank(model_backend, tmp_path):
+    """The fused step took such a fill for a number and returned the 4-D result (a ShapeError
+    against the declared 5-D one); it now leaves the chain to the original layers."""
+    torch.manual_seed(0)
+    m = _FillOfHigherRank().eval()
+    make = lambda b: (torch.randn(b, 2, 5, 4), torch.randn(b, 2, 5, 4), torch.randn(b, 2, 5, 3),  # noqa: E731
+                      torch.randn(b, 1, 5, 5))
+    param = export_module(m, make(1), tmp_path, inputs2=make(3))
+    compare_graph(param, model_backend, m, make(3), rtol=1e-5)

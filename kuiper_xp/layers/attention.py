@@ -855,6 +855,8 @@ class FusedAttention(Layer):
             cond_at, fill_at, fill, when_true = self.replace
             cond = inputs[cond_at]
             if fill_at is not None:
+                if getattr(inputs[fill_at], "ndim", 0) > q.ndim:  # (it would broadcast the result up)
+                    return None
                 try:
                     fill = to_float(inputs[fill_at])
                 except ShapeError:  # not one number: the original layers say so
