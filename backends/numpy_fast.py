@@ -3870,7 +3870,8 @@ def cumulative(x, axis: int, kind: str, dtype):
 _FUSE_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
                 "max": np.maximum, "maximum": np.maximum, "min": np.minimum, "minimum": np.minimum}
 _FUSE_UNARY = {"neg": np.negative, "abs": np.absolute, "square": np.square, "sqrt": np.sqrt,
-               "exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos}
+               "exp": np.exp, "tanh": np.tanh, "sin": np.sin, "cos": np.cos}
+# (no log: the evaluator's float32 log goes through float64, to give torch's bits)
 #: outputs smaller than this stay on the evaluator (whole-array calls; the chunking costs more)
 FUSE_MIN_ELEMENTS = 1 << 15
 #: elements per chunk of a fused expression (each intermediate is one chunk-sized scratch)

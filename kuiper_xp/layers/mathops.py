@@ -53,6 +53,7 @@ from typing import Any, ClassVar
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
 from kuiper_xp.expression.functions import (
+    LOG_VIA_FLOAT64_MAX,
     THRESH,
     ArrayOps,
     erf_generic,
@@ -535,7 +536,11 @@ class Log2(_Op):
     """``torch.log2``: the base-2 logarithm."""
 
     def compute(self, x):
-        return self.xp.log2(self.as_float(self.array(x)))
+        x = self.as_float(self.array(x))
+        xp = self.xp
+        if x.dtype == xp.float32 and math.prod(x.shape) <= LOG_VIA_FLOAT64_MAX:  # (torch's bits: see there)
+            return xp.astype(xp.log2(xp.astype(x, xp.float64)), xp.float32)
+        return xp.log2(x)
 
 
 @register("aten::sinc")
