@@ -539,6 +539,8 @@ def test_slice_copy_and_fill_edges(backend):
     np.testing.assert_array_equal(backend.to_numpy(got), np.full((2, 3), 2.7, np.float32))
     with pytest.raises(LayerParameterError, match="'value' is missing"):
         make_layer(backend, "Tensor.fill", "", names=("input",))
+    with pytest.raises(LayerParameterError, match="value=None: pnnx lost the fill value.*m\\[:, 0\\] = False"):
+        make_layer(backend, "Tensor.fill", "value=None", names=("input",))
 
 
 class LengthRegulator(nn.Module):

@@ -464,6 +464,10 @@ class Fill(Layer):
             raise LayerParameterError(f"{op.where}: needs an input tensor")
         value = None if "value" in slots else _scalar_param(op, "value")
         if value is None and "value" not in slots:
+            if op.has_param("value"):  # (pnnx's spelling of a boolean slice assignment, m[:, 0] = False)
+                raise LayerParameterError(f"{op.where}: value=None: pnnx lost the fill value (it writes this "
+                                          "for a boolean slice assignment such as m[:, 0] = False; build "
+                                          "the mask with torch.cat or torch.where instead)")
             raise LayerParameterError(f"{op.where}: parameter 'value' is missing")
         return cls(ctx, value, slots.get("value"), slots["input"])
 
