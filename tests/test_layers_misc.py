@@ -185,11 +185,31 @@ def test_logical_not_and_bitwise(backend, tmp_path):
                keys=["input", "other"])
 
 
-@pytest.mark.parametrize("value", ["-1.0", "-inf", "3"])
+@pytest.mark.parametrize("value", ["-1.0", "-inf", "3", "nan.0"])
 def test_masked_fill(backend, tmp_path, value):
+    """(``nan.0`` is how pnnx writes ``float("nan")``: it was refused as a parameter.)"""
     x, m = randn(2, 3, 4), randn(3, 4) > 0
-    e = torch.from_numpy(x).masked_fill(torch.from_numpy(m), float(value))
+    e = torch.from_numpy(x).masked_fill(torch.from_numpy(m), float(value.removesuffix(".0")))
     run_one_op(backend, tmp_path, "Tensor.masked_fill", [x, m], t2n(e), params=f"value={value}", keys=["input", "mask"])
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.bool_])
+@pytest.mark.parametrize("value", ["2.7", "-2.7", "0.0", "nan.0", "300", "-1"])
+def test_masked_fill_of_integer_and_bool_tensors(backend, tmp_path, dtype, value):
+    """A float fill on an integer tensor is truncated toward zero, on a bool one any non-zero
+    number (NaN too) is True; NaN/inf on integers and out-of-range integers are errors, as in
+    torch (which cannot convert them either)."""
+    x = (np.arange(24).reshape(2, 3, 4) % 7).astype(dtype)
+    m = randn(3, 4) > 0
+    v = float(value.removesuffix(".0")) if "." in value else int(value)
+    try:
+        e = t2n(torch.from_numpy(x).masked_fill(torch.from_numpy(m), v))
+    except RuntimeError:
+        layer = make_layer(backend, f"Tensor.masked_fill op 2 1 0 1 2 value={value} $input=0 $mask=1", 2)
+        with pytest.raises(kuiper_xp.errors.ShapeError, match="cannot"):
+            layer(backend.asarray(x), backend.asarray(m))
+        return
+    run_one_op(backend, tmp_path, "Tensor.masked_fill", [x, m], e, params=f"value={value}", keys=["input", "mask"])
 
 
 # ---- creation ---------------------------------------------------------------------------------

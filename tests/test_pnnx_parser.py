@@ -335,3 +335,18 @@ def test_an_ncnn_param_file_is_named_as_such(tmp_path):
     (tmp_path / "m.pnnx.param").write_text("7767517\n0 0\n")
     with pytest.raises(ParamFormatError, match=r"here that is .*m\.pnnx\.param"):
         parse_param(tmp_path / "m.ncnn.param")
+
+
+def test_non_finite_parameter_literals():
+    """pnnx writes float("nan") as ``nan.0`` (and inf as ``inf`` / ``inf.0``): the ``.0`` forms
+    are read as floats, in lists too (bare ``inf`` / ``nan`` stay words by pnnx's rules; a number
+    parameter takes them); words that merely start like them stay strings."""
+    import math
+
+    text = ("7767517\n2 2\npnnx.Input in 0 1 0\n"
+            "Tensor.masked_fill op 1 1 0 1 value=nan.0 a=-nan.0 b=inf.0 c=-inf d=(nan.0,1) e=nanx f=info\n")
+    op = parse_param_text(text, path="t.param").operators[-1]
+    assert math.isnan(op.params["value"]) and math.isnan(op.params["a"])
+    assert op.params["b"] == math.inf and op.params["c"] == -math.inf and op.param("value", float) != 0
+    assert math.isnan(op.params["d"][0]) and op.params["d"][1] == 1
+    assert op.params["e"] == "nanx" and op.params["f"] == "info"

@@ -171,6 +171,13 @@ def binary_operands(xp: Any, a: Any, b: Any, device: Any) -> tuple[Any, Any]:
     return xp.asarray(a, dtype=dt, device=device), xp.asarray(b, dtype=dt, device=device)
 
 
+def wrap_int(v: int, info: Any) -> int:
+    """``v`` wrapped into the integer range ``info`` (``xp.iinfo``) modulo 2**bits, as torch
+    converts a Python int for an integer tensor (``uint8_tensor + 300`` adds 44)."""
+    span = info.max - info.min + 1
+    return (v - info.min) % span + info.min
+
+
 def _scalar_param(op: Any, key: str) -> Any:
     v = op.param(key)
     if isinstance(v, str):
@@ -353,10 +360,19 @@ class MaskedFill(_ArgsLayer):
         if hasattr(value, "dtype"):
             value = xp.astype(xp.reshape(value, ()), x.dtype)
         else:
-            if not is_float(xp, x.dtype) and isinstance(value, float):
-                if not value.is_integer():
-                    raise ShapeError(f"{self.where}: cannot fill a {x.dtype} tensor with {value}")
-                value = int(value)
+            if x.dtype == xp.bool:
+                value = bool(value)  # (torch: any non-zero number, NaN too, is True)
+            elif not is_float(xp, x.dtype):
+                info = xp.iinfo(x.dtype)
+                if isinstance(value, float):
+                    if not info.min <= value <= info.max:  # (NaN too)
+                        raise ShapeError(f"{self.where}: cannot fill a {x.dtype} tensor with {value}")
+                    value = int(value)  # toward zero, as torch
+                # torch's checked conversion of an int: the dtype's range, and for unsigned types
+                # the negatives down to -max too (two's complement: -1 fills uint8 with 255)
+                if not (-info.max if info.min == 0 else info.min) <= value <= info.max:
+                    raise ShapeError(f"{self.where}: {value} cannot be converted to {x.dtype} without overflow")
+                value = wrap_int(value, info)
             value = xp.asarray(value, dtype=x.dtype, device=self.device)
         if mask.dtype != xp.bool:
             mask = mask != 0

@@ -19,6 +19,7 @@ from .ir import DTYPES, Model, Operand, Operator, WeightRef
 
 MAGIC = "7767517"
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
+_NONFINITE_RE = re.compile(r"[-+]?(nan|inf)\.0+\Z")  # (bare nan / inf stay words, by pnnx's rules)
 _COUNT_RE = re.compile(r"[0-9]{1,18}\Z")  # a count: non-negative, fits in int64
 # pnnx's C++ reader separates tokens with ASCII whitespace only; a name may hold any other
 # character (U+00A0, U+2028, ...), so str.split()/strip() (which know Unicode spaces) are not used
@@ -57,6 +58,8 @@ def _scalar(text: str) -> Any:
         return text == "True"
     if text == "None":
         return None
+    if _NONFINITE_RE.match(text):  # pnnx writes float("nan") as nan.0 (and inf sometimes as inf.0)
+        return float(text.split(".")[0])
     if not (text[0].isdigit() or text[0] in "-+."):
         return text
     if _INT_RE.match(text):
