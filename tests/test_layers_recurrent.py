@@ -385,3 +385,30 @@ def test_numpy_runs_the_fast_time_loop_and_it_matches_the_generic_one(lstm_expor
         assert kinds, "the fast loop did not run"
         seen |= set(kinds)
     assert seen == {"lstm", "gru", "rnn"}
+
+
+class _SharedStates(nn.Module):
+    """``lstm(x, (h0, h0))``: one tensor as both initial states (an input, or zeros made here)."""
+
+    def __init__(self, made):
+        super().__init__()
+        self.made = made
+        self.rnn = nn.LSTM(6, 7, num_layers=2, batch_first=True, bidirectional=made)
+
+    def forward(self, x, *h):
+        h = torch.zeros(4, x.shape[0], 7) if self.made else h[0]
+        y, (hn, cn) = self.rnn(x, (h, h))
+        return y, hn, cn
+
+
+@pytest.mark.parametrize("made", [False, True])
+def test_lstm_with_one_tensor_as_both_states(model_backend, tmp_path_factory, made):
+    """pnnx writes a tensor passed as both h0 and c0 once (``nn.LSTM ... 2 3 x h0``): it was
+    refused ("2 inputs"); read as both states, against torch at two batch sizes."""
+    torch.manual_seed(0)
+    m = _SharedStates(made).eval()
+    make = lambda b: (torch.randn(b, 5, 6),) + (() if made else (torch.randn(2, b, 7),))  # noqa: E731
+    param, module, _ = _export(m, make(1), tmp_path_factory, "shared", inputs2=make(3))
+    assert any(line.startswith("nn.LSTM") and line.split()[2] == "2" for line in param.read_text().splitlines())
+    for b in (1, 3):
+        compare_graph(param, model_backend, module, make(b), rtol=1e-4)

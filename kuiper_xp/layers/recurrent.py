@@ -13,7 +13,8 @@ pnnx spellings (torch 2.13 exports):
 * ``bias=False`` drops every ``@bias_*``. Weights are named as in torch's state dict, with
   ``_reverse`` for the second direction; ``batch_first`` is always written.
 * Initial states are extra inputs in call order: ``lstm(x, (h0, c0))`` -> ``3 3 x h0 c0 ...``,
-  ``gru(x, h0)`` -> ``2 2 x h0 ...`` (one operand twice when one tensor is both h0 and c0).
+  ``gru(x, h0)`` -> ``2 2 x h0 ...``; one tensor given as both h0 and c0 (``lstm(x, (h0, h0))``)
+  is written once: ``2 ... x h0``, read as both.
 * Unbatched input ``(L, H_in)`` exports as it is; h_n / c_n are then ``(D*num_layers, H_out)``.
 * Unused results are dropped from the op: ``y, _ = lstm(x)`` gives ``nn.LSTM 1 1 x y``, and a
   model using only h_n gives ``1 1`` too, the one result being h_n. The results that remain are
@@ -112,7 +113,9 @@ class _Recurrent(Layer):
                 raise LayerParameterError(f"{op.where}: nonlinearity={nl!r}, expected 'tanh' or 'relu'")
             relu = nl == "relu"
         n_in = len(op.inputs)
-        if n_in not in (1, 1 + cls.N_STATES):
+        # (an LSTM without a projection given one tensor as both states, ``lstm(x, (h0, h0))``:
+        # pnnx writes that operand once)
+        if n_in not in (1, 1 + cls.N_STATES) and not (cls.N_STATES == 2 and n_in == 2 and proj == 0):
             states = "(h0, c0)" if cls.N_STATES == 2 else "h0"
             raise LayerParameterError(f"{op.where}: {n_in} inputs; expected the input, optionally with {states}")
 
@@ -272,7 +275,7 @@ class _Recurrent(Layer):
         S = self.directions * self.num_layers
         if len(inputs) > 1:
             h0 = self._state(inputs[1], "h0", N, self.h_out, unbatched, dt)
-            c0 = (self._state(inputs[2], "c0", N, self.hidden_size, unbatched, dt)
+            c0 = (self._state(inputs[2 if len(inputs) > 2 else 1], "c0", N, self.hidden_size, unbatched, dt)
                   if self.N_STATES == 2 else None)
         else:
             h0 = xp.zeros((S, N, self.h_out), dtype=dt, device=self.device)
