@@ -69,6 +69,12 @@ XM = torch.tensor([[1, 2, 2, 3, 3, 1, 5, 0], [4, 4, 4, 1, 1, 1, 0, 0], [7, 6, 5,
 
 # name -> (module, inputs, types the export must contain)
 CASES = {
+    # x.var(dim, correction=c) with c other than 0/1 (pnnx: ``unbiased=3``), and std/var of the whole
+    # tensor (pnnx: ``aten::std`` / ``aten::var``)
+    "var_correction": (Fn(lambda s, x: (x.var(-1, correction=3), torch.var(x, 1, correction=0.5, keepdim=True),
+                                        x.std(0, correction=2), x.var(1, unbiased=False))), (XO,), {"torch.var"}),
+    "std_var_all": (Fn(lambda s, x: (x.std(), x.var(unbiased=False), torch.var(x) * 2, torch.std(x, unbiased=False))),
+                    (XO,), {"aten::std", "aten::var"}),
     "median": (Fn(lambda s, x: (torch.median(x), torch.median(x, 1), x.median(-1, keepdim=True), torch.median(x, 0))),
                (XD,), {"aten::median"}),
     "median_odd_int": (Fn(lambda s, x, i: (torch.median(x), torch.median(x, 2), torch.median(i), torch.median(i, 1))),

@@ -201,6 +201,18 @@ class ArgMin(ArgMax):
     is_max = False
 
 
+def _correction(op: Any) -> float:
+    """The degrees-of-freedom correction of a ``torch.std``/``var`` spelling: ``correction=c``,
+    or ``unbiased`` as a bool, or a number there too (pnnx writes ``x.var(dim, correction=3)`` as
+    ``unbiased=3``)."""
+    if op.has_param("correction") and op.params["correction"] is not None:
+        return op.param("correction", float)
+    u = op.param("unbiased", default=True)
+    if isinstance(u, (int, float)) and not isinstance(u, bool):
+        return float(u)
+    return 1.0 if op.param("unbiased", bool, True) else 0.0
+
+
 @register("torch.std", "torch.var", "Tensor.std", "Tensor.var")
 class StdVar(_Reduce):
     """Standard deviation / variance with ``unbiased`` (bool) or ``correction`` (number)."""
@@ -211,11 +223,7 @@ class StdVar(_Reduce):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        if op.has_param("correction") and op.params["correction"] is not None:
-            corr = op.param("correction", float)
-        else:
-            corr = 1.0 if op.param("unbiased", bool, True) else 0.0
-        return cls(ctx, *_dims_keepdim(op), out_dtype(op), corr, op.type.endswith("std"))
+        return cls(ctx, *_dims_keepdim(op), out_dtype(op), _correction(op), op.type.endswith("std"))
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
@@ -485,26 +493,26 @@ class AtenReduce(_Reduce):
         return f(_no_bool(xp, x, dt), axis=axes, dtype=dt, keepdims=kd)
 
 
-@register("aten::var_mean", "aten::std_mean", "torch.var_mean", "torch.std_mean")
+@register("aten::var_mean", "aten::std_mean", "torch.var_mean", "torch.std_mean", "aten::std", "aten::var")
 class StdVarMean(_Reduce):
     """``torch.var_mean`` / ``std_mean``: (var or std, mean). pnnx leaves them as ``aten::``
     operators whose dim, unbiased (a bool) or correction (a number, None meaning 1) and keepdim
-    arrive as inputs from constant expressions; the ``torch.`` spellings carry parameters."""
+    arrive as inputs from constant expressions; the ``torch.`` spellings carry parameters.
+    ``aten::std`` / ``aten::var`` (what pnnx writes for ``x.std()``, ``torch.var(x)`` over the
+    whole tensor: ``(input, unbiased)``, or the four-input form) give the first result only."""
 
-    def __init__(self, ctx: BuildContext, dims, keepdim, dtype, correction: float | None, is_std: bool):
+    def __init__(self, ctx: BuildContext, dims, keepdim, dtype, correction: float | None, is_std: bool,
+                 single: bool = False):
         super().__init__(ctx, dims, keepdim, dtype)
-        self.correction, self.is_std = correction, is_std
+        self.correction, self.is_std, self.single = correction, is_std, single
 
     @classmethod
     def from_operator(cls, op, ctx):
         is_std = op.type.split("::")[-1].split(".")[-1].startswith("std")
+        single = op.type in ("aten::std", "aten::var")
         if op.type.startswith("aten::"):
-            return cls(ctx, None, False, out_dtype(op), None, is_std)
-        if op.has_param("correction") and op.params["correction"] is not None:
-            corr = op.param("correction", float)
-        else:
-            corr = 1.0 if op.param("unbiased", bool, True) else 0.0
-        return cls(ctx, *_dims_keepdim(op), out_dtype(op), corr, is_std)
+            return cls(ctx, None, False, out_dtype(op), None, is_std, single)
+        return cls(ctx, *_dims_keepdim(op), out_dtype(op), _correction(op), is_std)
 
     def forward(self, x: Any, *args: Any) -> Any:
         xp = self.xp
@@ -529,6 +537,8 @@ class StdVarMean(_Reduce):
                 corr = float(runtime_int(corr_arg, self.who, "correction"))
             kd = bool(keepdim) if isinstance(keepdim, bool) else bool(runtime_int(keepdim, self.who, "keepdim"))
         f = xp.std if self.is_std else xp.var
+        if self.single:
+            return f(x, axis=axes, correction=corr, keepdims=kd)
         return (f(x, axis=axes, correction=corr, keepdims=kd), xp.mean(x, axis=axes, keepdims=kd))
 
 
