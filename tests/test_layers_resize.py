@@ -233,6 +233,32 @@ def test_resize_dynamic_size_export(model_backend, tmp_path_factory):
     compare_graph(param, model_backend, SizeFromSkip(), (x, skip))
 
 
+class _NearestAten(nn.Module):
+    """Nearest(-exact) resizes pnnx leaves as ``aten::_upsample_nearest_exact{1,2,3}d`` /
+    ``aten::upsample_nearest{1,2,3}d``: recomputed scale factors, a size from another tensor."""
+
+    def forward(self, x, y):
+        return (F.interpolate(x, scale_factor=(1.7, 0.6), mode="nearest-exact", recompute_scale_factor=True),
+                F.interpolate(x, size=y.shape[2:], mode="nearest-exact"),
+                F.interpolate(x[:, :, 0], scale_factor=0.4, mode="nearest-exact", recompute_scale_factor=True),
+                F.interpolate(x.unsqueeze(2), scale_factor=(1.5, 0.5, 2.2), mode="nearest-exact",
+                              recompute_scale_factor=True),
+                F.interpolate(x, scale_factor=(1.3, 2.1), mode="nearest", recompute_scale_factor=True),
+                F.interpolate(x, size=y.shape[2:], mode="nearest") * 2)
+
+
+def test_nearest_resizes_left_as_aten_ops(model_backend, tmp_path_factory):
+    """They were refused as unsupported operators; against torch at two batch sizes."""
+    x, y = torch.randn(1, 2, 13, 7), torch.randn(1, 1, 5, 17)
+    x2, y2 = torch.randn(3, 2, 13, 7), torch.randn(3, 1, 5, 17)
+    param = export_module(_NearestAten(), (x, y), tmp_path_factory.mktemp("nearest_aten"), inputs2=(x2, y2))
+    text = param.read_text()
+    assert "aten::_upsample_nearest_exact1d" in text and "aten::_upsample_nearest_exact3d" in text
+    require_types(param)
+    compare_graph(param, model_backend, _NearestAten(), (x2, y2))
+    compare_graph(param, model_backend, _NearestAten(), (x, y))
+
+
 @pytest.mark.parametrize("line, shape", [
     ("F.interpolate op 1 1 0 1 align_corners=False mode=bilinear scale_factor=(2.0,1.5)", (2, 3, 7, 6)),
     ("F.interpolate op 1 1 0 1 align_corners=True mode=bilinear size=(5,11)", (1, 4, 9, 4)),

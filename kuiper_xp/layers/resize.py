@@ -321,7 +321,6 @@ class Interpolate(Layer):
         return plan
 
     def forward(self, *inputs: Any) -> Any:
-        xp = self.xp
         x = inputs[self.input_pos]
         nsp = x.ndim - 2
         if nsp < 1:
@@ -340,6 +339,10 @@ class Interpolate(Layer):
             factors = _expand(self.scale, nsp, "scale_factor", self.where)
             out_sizes = tuple(int(math.floor(float(n) * f)) for n, f in zip(in_sizes, factors))
             scales = (None,) * nsp if self.recompute else factors
+        return self._resize(x, in_sizes, tuple(out_sizes), scales)
+
+    def _resize(self, x: Any, in_sizes: tuple, out_sizes: tuple, scales: tuple) -> Any:
+        xp = self.xp
         if any(n <= 0 for n in out_sizes) or any(n <= 0 for n in in_sizes):
             raise ShapeError(f"{self.where}: input size {in_sizes} and output size {out_sizes} must be positive")
         plan = self._plan(in_sizes, tuple(out_sizes), scales, x.dtype)
@@ -362,6 +365,44 @@ class Interpolate(Layer):
                 acc = term if acc is None else acc + term
             x = acc
         return x
+
+
+@register("aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d")
+class AtenUpsampleNearest(Interpolate):
+    """What pnnx leaves of ``F.interpolate(mode='nearest-exact')`` with
+    ``recompute_scale_factor=True`` or a size read from another tensor: ``aten::_upsample_nearest_
+    exact2d (input, output_size, scales_h, scales_w)`` (one scale per spatial axis, each None or
+    the factor torch maps coordinates with), or ``(input, output_size, scale_factors)``."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = int(op.type[-2])
+        if len(op.inputs) not in (2 + nd, 3):
+            raise LayerParameterError(f"{op.where}: expected inputs (input, output_size, scales...), "
+                                      f"found {len(op.inputs)}")
+        layer = cls(ctx, "nearest-exact", False, None, None, False, None, op.where)
+        layer.nd = nd
+        return layer
+
+    def forward(self, x: Any, size: Any, *scales: Any) -> Any:
+        nd = self.nd
+        if x.ndim != nd + 2:
+            raise ShapeError(f"{self.where}: expected an input with {nd} spatial axes, found shape {tuple(x.shape)}")
+        in_sizes = tuple(x.shape[2:])
+        if len(scales) == 1 and (scales[0] is None or isinstance(scales[0], (list, tuple))) and nd > 1:
+            scales = (None,) * nd if scales[0] is None else tuple(scales[0])  # (the .vec form)
+        elif len(scales) == 1 and isinstance(scales[0], (list, tuple)):
+            scales = tuple(scales[0])
+        factors = tuple(None if f is None else float(f) for f in scales)
+        if len(factors) != nd:
+            raise ShapeError(f"{self.where}: {len(factors)} scale(s) for {nd} spatial axes")
+        if size is not None:
+            out_sizes = _expand(to_int_list(size), nd, "output_size", self.where)
+        elif all(f is not None for f in factors):
+            out_sizes = tuple(int(math.floor(float(n) * f)) for n, f in zip(in_sizes, factors))
+        else:
+            raise ShapeError(f"{self.where}: needs output_size or a scale per axis")
+        return self._resize(x, in_sizes, tuple(out_sizes), factors)
 
 
 @register("nn.PixelShuffle", "F.pixel_shuffle")
