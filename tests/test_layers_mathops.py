@@ -77,6 +77,12 @@ _INTS = torch.tensor([[-9, -1, 0, 1], [2, 5, 63, 64], [-64, 7, 100, -100]])
 
 # name -> (module, inputs, types the export must contain)
 CASES = {
+    # torch.isclose: defaults, tolerances, equal_nan, infinities, integers, broadcasting
+    "isclose": (Fn(lambda a, b, i: (torch.isclose(a, b), torch.isclose(a, b, rtol=0.3, atol=0.1),
+                                    torch.isclose(a, b, equal_nan=True), torch.isclose(a, a, rtol=0, atol=0),
+                                    torch.isclose(a, a + 1e-7), torch.isclose(i, i.flip(0), atol=2),
+                                    torch.isclose(a, b[:1], rtol=1.0))),
+                (_with_nan(_r(3, 4, scale=3), 0), _with_nan(_r(3, 4, seed=1, scale=3), 0), _INTS), {"aten::isclose"}),
     "views": (Fn(lambda x, y, z: (x.t() * 2, torch.t(x[0]), y.view_as(x), z.reshape_as(x.t()))),
               (_r(3, 4), _r(12, seed=1), _r(2, 6, seed=2)), {"torch.t", "aten::view_as", "Tensor.reshape_as"}),
     "transposes": (Fn(lambda x, y: (x.T @ x + 1, y.mT * 2, torch.adjoint(y) + 0, torch.fft.fft(y).mH.real)),

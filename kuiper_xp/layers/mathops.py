@@ -835,6 +835,38 @@ class XLogY(_Binary):
         return xp.where(xp.isnan(y), y + xp.zeros_like(r), r)
 
 
+@register("aten::isclose")
+class IsClose(_Op):
+    """``torch.isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False)`` as torch computes it: equal
+    values (infinities too), NaN pairs where ``equal_nan``, else ``|a - b| <= atol + |rtol * b|``
+    for a finite difference, in the tensors' float dtype (integers in float32); both tensors of
+    one dtype, as torch requires."""
+
+    slots = ("input", "other", "rtol", "atol", "equal_nan")
+    required = 2
+
+    def compute(self, a, b, rtol, atol, equal_nan):
+        xp = self.xp
+        a, b = self.array(a), self.array(b, "other")
+        if a.dtype != b.dtype:
+            raise ShapeError(f"{self.who}: isclose of tensors of different dtypes ({dtype_name(a.dtype)}, "
+                             f"{dtype_name(b.dtype)}); torch raises too")
+        rtol = 1e-05 if rtol is None else float(self.scalar(rtol, "rtol"))
+        atol = 1e-08 if atol is None else float(self.scalar(atol, "atol"))
+        if rtol < 0 or atol < 0:
+            raise ShapeError(f"{self.who}: rtol ({rtol}) and atol ({atol}) must be non-negative")
+        close = a == b
+        floating = self.is_float(a.dtype)
+        if floating and equal_nan is not None and bool(self.scalar(equal_nan, "equal_nan")):
+            close = close | (xp.isnan(a) & xp.isnan(b))
+        if rtol == 0 and atol == 0:
+            return close
+        if not floating:
+            a, b = xp.astype(a, xp.float32), xp.astype(b, xp.float32)
+        actual = xp.abs(a - b)
+        return close | (xp.isfinite(actual) & (actual <= atol + xp.abs(rtol * b)))
+
+
 @register("aten::heaviside")
 class Heaviside(_Binary):
     """``torch.heaviside(x, values)``: 0 where x < 0 (and NaN), values where x == 0, 1 where x > 0;
