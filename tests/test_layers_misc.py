@@ -465,3 +465,39 @@ def test_dynamic_creation_export(model_backend, tmp_path_factory):
     require_types(param)
     compare_graph(param, model_backend, DynamicCreation(), (s2,))
     compare_graph(param, model_backend, DynamicCreation(), (s,))
+
+
+class _NarrowIntScalars(nn.Module):
+    """A narrow integer tensor with a Python int outside its range: torch wraps the scalar into
+    the tensor's dtype (NumPy 2 raised OverflowError)."""
+
+    def forward(self, x):
+        i8 = x.to(torch.int8)
+        u8 = (x * 60 + 128).to(torch.uint8)
+        return i8 + 1000, u8 + (-1), u8 * 300, u8 == -56, torch.where(x > 0, u8, -1)
+
+
+class _ZeroDimOperands(nn.Module):
+    """A 0-d tensor of a wider dtype of the same kind does not widen the other operand: the
+    float32 comparison with 0.1 (x == 0.1f is True in torch) and int32 & 0-d int64 (int32)."""
+
+    def forward(self, x):
+        t = x.double().abs().amax() * 0 + 0.1
+        k = (x.abs().amax() * 0).long() + 3
+        return x > t, torch.eq(x, t), torch.bitwise_and((x * 10).int(), k)
+
+
+@pytest.mark.parametrize("module", [_NarrowIntScalars, _ZeroDimOperands])
+def test_torch_scalar_and_zero_dim_promotion(model_backend, tmp_path, module):
+    g = torch.Generator().manual_seed(0)
+    x1 = torch.randint(-5, 6, (1, 4, 6), generator=g).float() / (1 if module is _NarrowIntScalars else 10)
+    x3 = torch.randint(-5, 6, (3, 4, 6), generator=g).float() / (1 if module is _NarrowIntScalars else 10)
+    param = export_module(module(), (x1,), tmp_path, inputs2=(x3,))
+    for x in (x1, x3):
+        with torch.no_grad():
+            want = module()(x)
+        got = kuiper_xp.load(param, backend=model_backend)(x.numpy())
+        for k, (a, e) in enumerate(zip(got, want)):
+            a = kuiper_xp.to_numpy(a)
+            assert a.dtype == t2n(e).dtype, (k, a.dtype, e.dtype)
+            np.testing.assert_array_equal(a, t2n(e), err_msg=f"output {k}")

@@ -441,6 +441,10 @@ class ArrayOps:
                 return v
             if t is bool:
                 return int(v) if c == _INT else float(v)
+            if t is int and c == _INT:
+                info = self.xp.iinfo(dt)
+                if not info.min <= v <= info.max:  # wrapped, as torch converts it (uint8 + 300 adds 44)
+                    v = (v - info.min) % (info.max - info.min + 1) + info.min
             return v
         if v.dtype != dt:
             return self.xp.astype(v, dt)

@@ -131,6 +131,10 @@ def promote(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
     if da == db:
         return a, b
     fa, fb = is_float(xp, da), is_float(xp, db)
+    # a 0-d tensor does not widen a tensor with dimensions of its own kind (float32 > 0-d float64
+    # compares in float32, int32 & 0-d int64 stays int32)
+    if (a.ndim == 0) != (b.ndim == 0) and fa == fb and (da == xp.bool) == (db == xp.bool):
+        return (xp.astype(a, db), b) if a.ndim == 0 else (a, xp.astype(b, da))
     if fa and not fb:
         return a, xp.astype(b, da)
     if fb and not fa:
@@ -152,6 +156,8 @@ def scalar_array(xp: Any, value: Any, like: Any, device: Any) -> Any:
     if isinstance(value, int):
         if dt == xp.bool:
             return xp.asarray(value, dtype=xp.int64, device=device)
+        if not is_float(xp, dt):
+            value = wrap_int(value, xp.iinfo(dt))  # as torch converts it (uint8 == -56 tests 200)
         return xp.asarray(value, dtype=dt, device=device)
     if not is_float(xp, dt):
         return xp.asarray(value, dtype=xp.float32, device=device)
