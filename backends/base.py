@@ -17,6 +17,9 @@ class Backend:
     name: str = ""
     description: str = ""
     fast: Any = None
+    #: whether reading a value back on the host is cheap (a check of index ranges); False on a GPU,
+    #: where it would wait for the device and stop a forward pass from being captured as a graph
+    cheap_host_reads: bool = True
 
     def __init__(self, xp: Any, device: Any, description: str):
         self.xp = xp

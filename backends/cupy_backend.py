@@ -59,6 +59,7 @@ def list_devices() -> list[str]:
 
 class CupyBackend(Backend):
     name = "cupy"
+    cheap_host_reads = False
     library = "cupy"
 
     def __init__(self, index: int) -> None:

@@ -237,6 +237,25 @@ def test_embedding_max_norm_and_weight_input(backend, tmp_path):
     run_one_op(backend, tmp_path / "b", "F.embedding", [idx, w], t2n(e), keys=["input", "weight"])
 
 
+def test_embedding_index_out_of_range_is_an_error(model_backend, tmp_path):
+    """torch raises for a token id outside the table; numpy's take wrapped a negative one (-1 gave
+    the last row). Checked where host reads are cheap (not on a GPU, where it would block graph
+    capture)."""
+    import kuiper_xp
+
+    m = nn.Embedding(10, 4).eval()
+    param = export_module(m, (torch.tensor([[1, 2, 3]]),), tmp_path)
+    g = kuiper_xp.load(param, backend=model_backend)
+    assert_close(kuiper_xp.to_numpy(g(np.array([[0, 9, 3]]))[0]), t2n(m(torch.tensor([[0, 9, 3]]))))
+    if not g.backend.cheap_host_reads:
+        return
+    for bad in (-1, 10):
+        with pytest.raises(kuiper_xp.errors.ShapeError, match=f"index {bad} is out of range"):
+            g(np.array([[1, bad, 2]]))
+        with pytest.raises(IndexError):
+            m(torch.tensor([[1, bad, 2]]))
+
+
 # ---- pnnx end to end ------------------------------------------------------------------------------
 
 

@@ -679,6 +679,11 @@ class Embedding(Layer):
         flat = xp.reshape(idx, (-1,))
         if flat.dtype != xp.int64:
             flat = xp.astype(flat, xp.int64)
+        if self.backend.cheap_host_reads and flat.shape[0]:
+            lo, hi = int(xp.min(flat)), int(xp.max(flat))
+            if lo < 0 or hi >= weight.shape[0]:  # (torch raises; take would wrap a negative id)
+                raise ShapeError(f"{self.where}: index {lo if lo < 0 else hi} is out of range for an "
+                                 f"embedding table of {weight.shape[0]} rows")
         rows = xp.take(weight, flat, axis=0)
         if self.max_norm is not None:
             p = self.norm_type
