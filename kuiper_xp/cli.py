@@ -701,6 +701,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kuiper_xp.backends.numpy_backend import tune_malloc
 
     tune_malloc(force=True)  # the command's process is its own (KUIPER_XP_TUNE_MALLOC=0: not)
+    from kuiper_xp.pnnx import binfile
+
+    verify_before = binfile.VERIFY_CRC
+    if args.command in ("run", "inspect") and "KUIPER_XP_VERIFY_WEIGHTS" not in os.environ:
+        binfile.VERIFY_CRC = True  # (a damaged .bin fails instead of giving other answers)
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
@@ -719,6 +724,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{PROG}: error: {_message(exc, args.command)}", file=sys.stderr)
         return 1
+    finally:
+        binfile.VERIFY_CRC = verify_before
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -535,3 +535,36 @@ def test_bench_draws_token_ids_inside_their_tables(tmp_path, capsys):
     assert "in [0, 3)" in out and "in [0, 5)" in out
     g = kuiper_xp.load(param)
     assert g.index_input_limits() == {g.inputs[0].name: 3, g.inputs[1].name: 5}
+
+
+def test_run_refuses_a_damaged_weight_file(tmp_path, capsys, monkeypatch):
+    """One flipped bit in a stored weight: the command checks the zip CRC-32 of every weight it
+    reads and stops with one line naming the member (the library does when asked:
+    KUIPER_XP_VERIFY_WEIGHTS=1 / binfile.VERIFY_CRC)."""
+    import struct
+    import zipfile
+
+    from kuiper_xp.pnnx import binfile
+
+    monkeypatch.delenv("KUIPER_XP_VERIFY_WEIGHTS", raising=False)
+    monkeypatch.setattr(binfile, "VERIFY_CRC", False)
+    for f in ("digits.pnnx.param", "digits.pnnx.bin"):
+        shutil.copy(DATA / f, tmp_path / f)
+    binf = tmp_path / "digits.pnnx.bin"
+    info = max(zipfile.ZipFile(binf).infolist(), key=lambda i: i.file_size)
+    assert info.compress_type == zipfile.ZIP_STORED
+    with open(binf, "r+b") as fh:
+        fh.seek(info.header_offset)
+        n, m = struct.unpack("<HH", fh.read(30)[26:30])
+        fh.seek(info.header_offset + 30 + n + m + info.file_size // 2)
+        b = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([b[0] ^ 0x40]))
+    np.save(tmp_path / "x.npy", np.zeros((1, 1, 8, 8), np.float32))
+    assert main(["run", str(tmp_path / "digits.pnnx.param"), "-i", str(tmp_path / "x.npy")]) == 1
+    line = _one_error_line(capsys.readouterr().err)
+    assert info.filename in line and "CRC-32" in line
+    kuiper_xp.load(tmp_path / "digits.pnnx.param")  # the library's default: no check
+    monkeypatch.setattr(binfile, "VERIFY_CRC", True)
+    with pytest.raises(kuiper_xp.errors.BinFormatError, match="CRC-32"):
+        kuiper_xp.load(tmp_path / "digits.pnnx.param")
