@@ -651,3 +651,32 @@ def test_float32_logs_round_like_torch():
     got = run(f"add(ceil(mul(div(log(div(@0,{mid})),log(@1)),{mid - 1})),{mid})", pos,
               np.asarray((max_pos - 1) / mid, np.float32))
     assert np.array_equal(got, want.numpy())
+
+
+class _Log1pExpm1(torch.nn.Module):
+    """torch.log1p / torch.expm1, which pnnx writes malformed (``log1p,abs(@0)``,
+    ``sub(mul(@0,log1p),abs(@1)),3``): every function and operand in prefix order, the brackets
+    wrong."""
+
+    def forward(self, x, y):
+        return (torch.log1p(x.abs()), torch.expm1(y), torch.log1p(x.abs()) * 2 + 1,
+                torch.log1p(x.abs()) + torch.expm1(y), torch.log1p(torch.expm1(x.abs())),
+                x * torch.log1p(y.abs()) - 3, torch.log1p(x.abs() + torch.expm1(y)) * torch.log1p(y.abs()))
+
+
+def test_pnnx_malformed_log1p_expm1_are_read_as_meant(tmp_path):
+    from helpers import export_module
+
+    import kuiper_xp
+    from kuiper_xp.expression.parser import _repair_prefix
+
+    x, y = torch.randn(2, 5), torch.randn(2, 5)
+    param = export_module(_Log1pExpm1(), (x, y), tmp_path)
+    assert "log1p," in param.read_text() and "expm1," in param.read_text()  # (pnnx's malformed form)
+    got = kuiper_xp.load(param, backend="numpy")(x.numpy(), y.numpy())
+    for a, e in zip(got, _Log1pExpm1()(x, y)):
+        assert_close(np.asarray(a), e.numpy(), rtol=1e-6)
+    assert _repair_prefix("sub(mul(@0,log1p),abs(@1)),3") == "sub(mul(@0,log1p(abs(@1))),3)"
+    assert _repair_prefix("log1p,@0,@1") is None  # tokens left over: not a reading
+    with pytest.raises(ExpressionError, match="expected '\\(' after 'log1p'"):
+        Program("log1p,@0,@1", np, n_inputs=2)

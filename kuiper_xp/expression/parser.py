@@ -15,6 +15,7 @@ The post-order walk that gives reverse Polish (seed: ``ReversePolish``) is itera
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,7 +73,71 @@ def parse(expr: str | list[Token], text: str | None = None) -> Node:
 
     Raises :class:`ExpressionError` with a caret under the offending column for an unknown
     function, a wrong argument count, unbalanced or missing brackets, a missing operand, and
-    anything after the end of the expression."""
+    anything after the end of the expression. pnnx's malformed ``log1p`` / ``expm1`` (see
+    :func:`_repair_prefix`) are read as meant."""
+    try:
+        return _parse(expr, text)
+    except ExpressionError:
+        src = expr if isinstance(expr, str) else text
+        if src is None or not _MALFORMED_UNARY.search(src):
+            raise
+        fixed = _repair_prefix(src)
+        if fixed is None:
+            raise
+        return _parse(fixed, None)
+
+
+_MALFORMED_UNARY = re.compile(r"\b(log1p|expm1)\b(?!\()")  # (the name without its bracket)
+
+
+def _repair_prefix(text: str) -> str | None:
+    """pnnx (20261020) writes ``torch.log1p`` / ``torch.expm1`` without their brackets and with the
+    enclosing ones shifted (``x * log1p(|y|) - 3`` comes out as ``sub(mul(@0,log1p),abs(@1)),3``),
+    but keeps every function and operand in prefix order. The call is rebuilt from that order and
+    the functions' arities; None unless exactly one reading uses every token (a function with a
+    variable argument count, ``add(a,b,alpha)``, could make it ambiguous)."""
+    try:
+        toks = [t for t in tokenize(text) if t.kind not in (TokenKind.LPAREN, TokenKind.RPAREN, TokenKind.COMMA)]
+    except ExpressionError:
+        return None
+    if any(t.kind in (TokenKind.LBRACKET, TokenKind.RBRACKET) for t in toks) or len(toks) > 256:
+        return None
+
+    budget = [20000]  # readings tried (variable arities could make the search exponential)
+
+    def readings(i: int):  # (string, next index) for each way to read one operand from token i
+        budget[0] -= 1
+        if i >= len(toks) or budget[0] < 0:
+            return
+        t = toks[i]
+        if t.kind is not TokenKind.NAME:
+            yield t.text, i + 1
+            return
+        if t.text not in SIGNATURES:
+            return
+        lo, hi = SIGNATURES[t.text]
+
+        def args(j: int, k: int):
+            if k == 0:
+                yield [], j
+                return
+            for a, j2 in readings(j):
+                for rest, j3 in args(j2, k - 1):
+                    yield [a] + rest, j3
+        for k in range(lo, min(hi, 3) + 1):
+            for parts, j in args(i + 1, k):
+                yield f"{t.text}({','.join(parts)})", j
+
+    found = []
+    for s, j in readings(0):
+        if j == len(toks):
+            found.append(s)
+            if len(found) > 1:
+                return None
+    return found[0] if found else None
+
+
+def _parse(expr: str | list[Token], text: str | None = None) -> Node:
     if isinstance(expr, str):
         text = expr
         tokens = tokenize(expr)
