@@ -86,6 +86,10 @@ CASES = {
     "lrn": (Fn(lambda s, x: s.m[0](x), nn.LocalResponseNorm(4, alpha=0.3, beta=0.6, k=1.5)), (_r(2, 7, 3, 5) * 3,),
             {"nn.LocalResponseNorm"}),
     "lrn_3d": (Fn(lambda s, x: s.m[0](x), nn.LocalResponseNorm(3)), (_r(2, 5, 6),), {"nn.LocalResponseNorm"}),
+    # one large channel (k=0): window sums as differences of cumulative sums cancelled to 0 or inf
+    "lrn_large": (Fn(lambda s, x: s.m[0](x), nn.LocalResponseNorm(3, alpha=1.0, beta=0.5, k=0.0)),
+                  (torch.tensor([[1e4, 1.0, 1.0, 1e-2, 1.0, 1.0, 2.0, 1.0]]).reshape(1, 8, 1),),
+                  {"nn.LocalResponseNorm"}),
     "var_mean": (Fn(lambda s, x: torch.var_mean(x, dim=1)), (_r(3, 8, 2),), {"aten::var_mean"}),
     "std_mean_keep": (Fn(lambda s, x: torch.std_mean(x, dim=(0, 2), keepdim=True, correction=0)), (_r(3, 8, 2),),
                       {"aten::std_mean"}),

@@ -381,9 +381,12 @@ class LocalResponseNorm(Layer):
         c = x.shape[1]
         before, after = self.size // 2, (self.size - 1) // 2
         sq = x * x
-        # windowed channel sums as differences of a cumulative sum over the zero-padded channels
+        # windowed channel sums: the window's shifted slices of the zero-padded squares added (a
+        # difference of cumulative sums cancelled: 1e4 in one channel gave inf four channels on,
+        # and one inf NaN in every later window)
         zeros = xp.zeros((x.shape[0], 1) + tuple(x.shape[2:]), dtype=x.dtype, device=self.device)
-        pad = [zeros] * (before + 1) + [sq] + [zeros] * after
-        cs = xp.cumulative_sum(xp.concat(pad, axis=1), axis=1)
-        win = cs[:, self.size:self.size + c, ...] - cs[:, :c, ...]
+        padded = xp.concat([zeros] * before + [sq] + [zeros] * after, axis=1)
+        win = padded[:, :c, ...]
+        for j in range(1, self.size):
+            win = win + padded[:, j:j + c, ...]
         return x / (self.k + win * (self.alpha / self.size)) ** self.beta
