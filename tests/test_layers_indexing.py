@@ -343,3 +343,21 @@ def test_grid_sample_numpy_gather_is_the_generic_path(monkeypatch, mode, pad):
         np.testing.assert_array_equal(fast, generic)
         want = F.grid_sample(torch.from_numpy(x), torch.from_numpy(g), mode=mode, padding_mode=pad, align_corners=True)
         assert_close(fast, want.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("pad", ["border", "reflection", "zeros"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_non_finite_coordinates(backend, mode, pad, align):
+    """NaN grid coordinates (and, reflected, infinite ones) read the first pixel with border and
+    reflection padding, as torch documents and does; they gave NaN (bilinear) or 0 (nearest)."""
+    layer = make_layer(backend, f"F.grid_sample gs 2 1 0 1 2 align_corners={align} mode={mode} "
+                                f"padding_mode={pad} $input=0 $grid=1", 2)
+    nan, inf = float("nan"), float("inf")
+    x = torch.arange(32.0).reshape(2, 1, 4, 4)
+    g = torch.tensor([[[[nan, 0.0], [-1.0, 0.0], [0.0, nan], [inf, 0.0], [-inf, 0.0], [0.3, -0.2]]]] * 2)
+    want = F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=align).numpy()
+    got = backend.to_numpy(layer(backend.asarray(x.numpy()), backend.asarray(g.numpy())))
+    finite = np.isfinite(want)
+    assert np.array_equal(finite, np.isfinite(got)), (got, want)
+    assert_close(got[finite], want[finite], rtol=1e-5)

@@ -523,7 +523,10 @@ class GridSample(Layer):
         elif self.padding == "reflection":
             c = _reflect(xp, c, 0, 2 * (size - 1)) if self.align else _reflect(xp, c, -1, 2 * size - 1)
             c = xp.clip(c, 0, size - 1)
-        return c
+        else:
+            return c
+        # a NaN coordinate (and, reflected, an infinite one) reads the first pixel, as torch's does
+        return xp.where(xp.isnan(c), xp.zeros((), dtype=c.dtype, device=self.device), c)
 
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp
@@ -540,9 +543,11 @@ class GridSample(Layer):
 
         def tap(yy: Any, xx: Any, weight: Any = None) -> None:
             """A read of x at integer positions (yy, xx) (float arrays (N, L)) times ``weight``."""
-            inside = xp.astype((xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1), x.dtype)
-            idx = xp.astype(xp.clip(yy, 0, h - 1) * w + xp.clip(xx, 0, w - 1), xp.int64)
-            taps.append((idx, inside if weight is None else inside * weight))
+            ok = (xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1)  # (False for NaN)
+            inside = xp.astype(ok, x.dtype)
+            pos = xp.clip(yy, 0, h - 1) * w + xp.clip(xx, 0, w - 1)
+            idx = xp.astype(xp.where(ok, pos, xp.zeros((), dtype=pos.dtype, device=self.device)), xp.int64)
+            taps.append((idx, inside if weight is None else inside * weight))  # (0 * NaN: NaN, as torch)
 
         if self.mode == "nearest":
             tap(xp.round(self._source(gy, h)), xp.round(self._source(gx, w)))
