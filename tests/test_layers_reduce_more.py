@@ -248,3 +248,20 @@ def test_errors_name_the_operator(backend):
 def test_bad_parameters_are_refused_at_build(backend, line, needle):
     with pytest.raises(LayerParameterError, match=needle):
         make_layer(backend, line)
+
+
+def test_mode_index_points_at_the_mode_even_when_it_is_nan(backend):
+    """A row whose mode is NaN gave index -1 (NaN never equals itself), which a later gather
+    would wrap silently; the index now points at a NaN of the row (torch's choice of mode among
+    NaNs is its own; rows without NaN match torch exactly)."""
+    from test_layers_misc import make_layer
+
+    layer = make_layer(backend, "aten::mode m 3 2 0 1 2 3 4", 3)
+    nan = float("nan")
+    x = np.array([[nan, nan, nan, nan], [1.0, 2.0, 2.0, 3.0], [nan, 5.0, 5.0, 7.0]], np.float32)
+    values, idx = (backend.to_numpy(a) for a in layer(backend.asarray(x), -1, False))
+    assert (idx >= 0).all()
+    picked = x[np.arange(3), idx]
+    assert np.array_equal(picked, values, equal_nan=True)
+    want = torch.mode(torch.from_numpy(x[1:2]), -1)
+    assert values[1] == want.values.item() and idx[1] == want.indices.item()

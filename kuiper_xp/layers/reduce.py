@@ -902,7 +902,10 @@ class Mode(_AtenArgs):
         length = pos - run_start + 1
         best = xp.argmax(length, axis=-1, keepdims=True)  # first (smallest-valued) longest run
         value = xp.take_along_axis(s, xp.astype(best, xp.int64), axis=-1)
-        idx = xp.max(xp.where(xc == value, pos, xp.full_like(pos, -1)), axis=-1, keepdims=True)
+        same = xc == value
+        if _is_float(xp, xc.dtype):  # (a NaN mode: one of the NaNs, never -1)
+            same = same | (xp.isnan(xc) & xp.isnan(value))
+        idx = xp.max(xp.where(same, pos, xp.full_like(pos, -1)), axis=-1, keepdims=True)
         if x.dtype == xp.bool:
             value = xp.astype(value, xp.bool)
         return _finish(xp, value, axis, kd, scalar), _finish(xp, idx, axis, kd, scalar)
