@@ -291,3 +291,19 @@ def test_exported_reductions_match_torch(model_backend, reduce_export, batch):
     assert len(got) == len(expected)
     for k, (a, e) in enumerate(zip(got, expected)):
         assert_close(a, e, rtol=2e-6, what=f"output {k}")
+
+
+@pytest.mark.parametrize("op", ["torch.cumsum", "torch.cumprod"])
+def test_cumulative_float32_accumulates_in_float64_as_torch(backend, op):
+    """torch on the CPU keeps float32 running sums and products in float64: a large value and
+    its negative cancel exactly, an intermediate overflow times 0 is 0."""
+    from test_layers_misc import make_layer
+
+    x = np.array([[1e8, 1, 1, 1, -1e8, 1], [3e38, 3e38, -3e38, 0.5, 1e-30, 2.0]], np.float32)
+    if op == "torch.cumprod":
+        x = np.array([[3e38, 3e38, 0, 1, 1, 1], [1e-30, 1e-30, 1e30, 1e30, 1e-10, 3.0]], np.float32)
+    layer = make_layer(backend, f"{op} op 1 1 0 1 dim=-1 $input=0")
+    got = backend.to_numpy(layer(backend.asarray(x)))
+    want = getattr(torch, op.split(".")[1])(torch.from_numpy(x), -1).numpy()
+    assert got.dtype == np.float32
+    assert np.array_equal(got, want, equal_nan=True), (got, want)

@@ -447,10 +447,15 @@ class CumSum(Layer):
         dt = getattr(xp, self.dtype, None) if self.dtype else None
         if dt is None:
             dt = x.dtype if _is_float(xp, x.dtype) else xp.int64
-        out = None if fast is None else fast(x, d, "prod" if self.prod else "sum", dt)
+        # torch on the CPU accumulates float32 (and half) running sums and products in float64:
+        # [1e8, 1, 1, 1, -1e8, 1] ends 3, 4 there (0, 1 in float32)
+        work = xp.float64 if _is_float(xp, dt) and dt != xp.float64 else dt
+        out = None if fast is None else fast(x, d, "prod" if self.prod else "sum", work)
         if out is None:
             f = xp.cumulative_prod if self.prod else xp.cumulative_sum
-            out = f(_no_bool(xp, x, dt), axis=d, dtype=dt)
+            out = f(_no_bool(xp, x, work), axis=d, dtype=work)
+        if out.dtype != dt:
+            out = xp.astype(out, dt)
         return xp.reshape(out, ()) if scalar else out
 
 
