@@ -307,3 +307,20 @@ def test_cumulative_float32_accumulates_in_float64_as_torch(backend, op):
     want = getattr(torch, op.split(".")[1])(torch.from_numpy(x), -1).numpy()
     assert got.dtype == np.float32
     assert np.array_equal(got, want, equal_nan=True), (got, want)
+
+
+@pytest.mark.parametrize("op", ["torch.std", "torch.var"])
+def test_std_var_of_float32_extremes_as_torch(backend, op):
+    """float32 squares overflowed (std of [1e20, -1e20, 0, 3e19]: inf, torch 8.3e19) or underflowed
+    (values near 1e-25: 0); computed in float64 as torch's CPU kernel accumulates."""
+    from test_layers_misc import make_layer
+
+    x = np.array([[1e20, -1e20, 0, 3e19], [1e-25, 3e-25, -2e-25, 5e-25]], np.float32)
+    layer = make_layer(backend, f"{op} op 1 1 0 1 dim=(-1) keepdim=False unbiased=True $input=0")
+    got = backend.to_numpy(layer(backend.asarray(x)))
+    want = getattr(torch, op.split(".")[1])(torch.from_numpy(x), -1).numpy()
+    assert got.dtype == np.float32 and np.array_equal(got == np.inf, want == np.inf)  # (var: 6.9e39 is inf)
+    fin = np.isfinite(want)
+    assert_close(got[fin], want[fin], rtol=1e-6)
+    if op == "torch.std":
+        assert np.isfinite(got).all() and (got > 0).all()

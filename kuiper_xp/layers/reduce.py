@@ -201,6 +201,14 @@ class ArgMin(ArgMax):
     is_max = False
 
 
+def _in_float64(xp: Any, x: Any, fn: Any) -> Any:
+    """``fn`` of a float32/float16 ``x`` computed in float64 and rounded back, as torch's CPU
+    variance accumulates (std of [1e20, -1e20, 0, 3e19]: 8.3e19, not the inf of float32 squares)."""
+    if x.dtype == xp.float64 or not _is_float(xp, x.dtype):
+        return fn(x)
+    return xp.astype(fn(xp.astype(x, xp.float64)), x.dtype)
+
+
 def _correction(op: Any) -> float:
     """The degrees-of-freedom correction of a ``torch.std``/``var`` spelling: ``correction=c``,
     or ``unbiased`` as a bool, or a number there too (pnnx writes ``x.var(dim, correction=3)`` as
@@ -230,7 +238,8 @@ class StdVar(_Reduce):
         if not _is_float(xp, x.dtype):
             raise ShapeError(f"{self.who}: std/var of a {dtype_name(x.dtype)} tensor (torch needs a floating input)")
         f = xp.std if self.is_std else xp.var
-        return f(x, axis=self.axes(x.ndim), correction=self.correction, keepdims=self.keepdim)
+        return _in_float64(xp, x, lambda w: f(w, axis=self.axes(x.ndim), correction=self.correction,
+                                               keepdims=self.keepdim))
 
 
 @register("torch.logsumexp", "Tensor.logsumexp")
@@ -542,9 +551,10 @@ class StdVarMean(_Reduce):
                 corr = float(runtime_int(corr_arg, self.who, "correction"))
             kd = bool(keepdim) if isinstance(keepdim, bool) else bool(runtime_int(keepdim, self.who, "keepdim"))
         f = xp.std if self.is_std else xp.var
+        spread = _in_float64(xp, x, lambda w: f(w, axis=axes, correction=corr, keepdims=kd))
         if self.single:
-            return f(x, axis=axes, correction=corr, keepdims=kd)
-        return (f(x, axis=axes, correction=corr, keepdims=kd), xp.mean(x, axis=axes, keepdims=kd))
+            return spread
+        return (spread, xp.mean(x, axis=axes, keepdims=kd))
 
 
 # -- aten:: reductions whose arguments arrive as constant-expression inputs --------------------------
