@@ -112,7 +112,7 @@ def get_backend(name: str | Backend | None = None, device: Any = None) -> Backen
     mod = _module(key)
     ok, reason = mod.probe()
     if not ok:
-        hint = f"; install it with: pip install 'kuiper-xp[{mod.EXTRA}]'" if mod.EXTRA else ""
+        hint = f"; install it with: pip install -e '.[{mod.EXTRA}]' (in the kuiper-xp checkout)" if mod.EXTRA else ""
         via = f" (asked for by {source})" if source != "argument" else ""
         raise BackendUnavailableError(f"backend {key!r} is unavailable{via}: {reason}{hint}")
     backend = mod.create(device)

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import importlib.resources
 import json
+import math
 import os
 import statistics
 import sys
@@ -36,6 +37,7 @@ from kuiper_xp.errors import (
     BackendUnavailableError,
     InputError,
     KuiperXPError,
+    OptionError,
     UnsupportedOperatorError,
 )
 from kuiper_xp.progress import Progress
@@ -87,6 +89,17 @@ def _int_at_least(minimum: int, what: str):
 
 _positive_int = _int_at_least(1, "a positive integer")
 _nonneg_int = _int_at_least(0, "an integer >= 0")
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {v}")
+    return v
 
 
 def _fmt_seconds(s: float) -> str:
@@ -438,7 +451,9 @@ def _thread_limit(n: int | None) -> Iterator[str]:
         yield f"{n} (BLAS/OpenMP pools, threadpoolctl)"
 
 
-def _parse_shapes(items: Sequence[str] | None, specs) -> dict[str, tuple[int, ...]]:
+def _parse_shapes(items: Sequence[str] | None, specs, batch: int | None = None) -> dict[str, tuple[int, ...]]:
+    """``--shape [NAME=]D0,D1,...`` per input: the whole shape, or (an input with a dynamic batch
+    dimension) the shape after the batch, which ``batch`` is put in front of."""
     out: dict[str, tuple[int, ...]] = {}
     for item in items or ():
         name, sep, dims = item.rpartition("=")
@@ -452,9 +467,14 @@ def _parse_shapes(items: Sequence[str] | None, specs) -> dict[str, tuple[int, ..
             raise UsageError(f"--shape {item}: expected [NAME=]D0,D1,... with integers") from None
         if not shape or any(d < 0 for d in shape):
             raise UsageError(f"--shape {item}: expected [NAME=]D0,D1,... with integers >= 0")
-        if name not in {s.name for s in specs}:
+        by_name = {s.name: s for s in specs}
+        if name not in by_name:
             raise UsageError(f"--shape {item}: the model has no input {name!r} "
                              f"(inputs: {', '.join(s.name for s in specs)})")
+        declared = by_name[name].shape
+        if (batch is not None and declared is not None and len(shape) == len(declared) - 1
+                and declared and declared[0] is None):
+            shape = (batch,) + shape  # (the shape after the batch dimension: --batch in front)
         out[name] = shape
     return out
 
@@ -465,7 +485,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         g, load_s = _load_graph(files, args)
         be = g.backend
         highs = g.index_input_limits()
-        host = kio.random_inputs(g.inputs, args.batch, _parse_shapes(args.shape, g.inputs),
+        host = kio.random_inputs(g.inputs, args.batch, _parse_shapes(args.shape, g.inputs, args.batch),
                                  seed=args.seed, highs=highs)
         x = [be.asarray(a) for a in host]  # on the device once: transfers are not timed
         for _ in range(args.warmup):
@@ -523,7 +543,7 @@ def cmd_backends(args: argparse.Namespace) -> int:
             out.say(f"{i.name.ljust(w)}  available    devices: {', '.join(i.devices)}  ({i.description})",
                     essential=True)
         else:
-            hint = f"; install: pip install 'kuiper-xp[{i.extra}]'" if i.extra else ""
+            hint = f"; install: pip install -e '.[{i.extra}]' (in the kuiper-xp checkout)" if i.extra else ""
             out.say(f"{i.name.ljust(w)}  unavailable  {i.reason}{hint}", essential=True)
     env = os.environ.get("KUIPER_XP_BACKEND")
     try:
@@ -602,7 +622,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument("--std", nargs="+", type=float, metavar="S",
                      help="divide by after the mean: one value or one per channel (default: none; "
                           "the bundled model's own for it)")
-    pre.add_argument("--scale", type=float, default=255.0, metavar="S",
+    pre.add_argument("--scale", type=_positive_float, default=255.0, metavar="S",
                      help="divide pixel values by S first (default: 255, giving [0, 1])")
     d = r.add_argument_group("distributed (needs the dask extra)")
     d.add_argument("--scheduler", metavar="ADDRESS", default=None,
@@ -652,7 +672,9 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--threads", type=_positive_int, default=None, metavar="T",
                     help="limit BLAS/OpenMP threads (CPU backends; default: the library's choice)")
     be.add_argument("--shape", action="append", metavar="[NAME=]D0,D1,...",
-                    help="input shape for an input with dynamic dimensions other than the batch")
+                    help="shape of an input with dynamic dimensions other than the batch: the "
+                         "dimensions after the batch (--batch goes in front, e.g. 3,224,224) or the "
+                         "whole shape (its first dimension is then the batch)")
     be.add_argument("--profile-runs", type=_nonneg_int, default=3, metavar="P",
                     help="profiled runs for the per-layer table (default: 3; 0: no profile)")
     be.add_argument("--top", type=_nonneg_int, default=10, metavar="K",
@@ -710,6 +732,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except UsageError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (OptionError, BackendError) as exc:  # (an option or backend name that cannot work)
+        print(f"{PROG} {args.command}: error: {_message(exc, args.command)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -11,7 +11,7 @@ numpy backend by default (``backend="cupy"`` on GPU workers). Results are identi
 bit, to a single-process run over the same chunks with the same thread count (Dask workers run
 BLAS single-threaded; a BLAS with more threads, or another batch size, may round differently).
 
-Needs the ``dask`` extra: ``pip install 'kuiper-xp[dask]'``.
+Needs the ``dask`` extra: ``pip install -e '.[dask]' (in the kuiper-xp checkout)``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ try:  # pragma: no cover - exercised by the import itself
     import dask.array as da
 except ImportError as exc:  # pragma: no cover
     raise BackendUnavailableError(
-        f"kuiper_xp.dask needs dask ({exc}); install it with: pip install 'kuiper-xp[dask]'"
+        f"kuiper_xp.dask needs dask ({exc}); install it with: pip install -e '.[dask]' (in the kuiper-xp checkout)"
     ) from None
 
 __all__ = ["map_model", "map_files", "run_files", "load_cached", "clear_cache"]

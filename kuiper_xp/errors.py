@@ -21,6 +21,7 @@ __all__ = [
     "LayerParameterError",
     "ExpressionError",
     "InputError",
+    "OptionError",
 ]
 
 
@@ -100,3 +101,8 @@ class ExpressionError(KuiperXPError, ValueError):
 
 class InputError(KuiperXPError, ValueError):
     """Inputs given to a graph that do not match what it expects (count, shape, dtype, device)."""
+
+
+class OptionError(InputError):
+    """A command-line option whose value does not fit the model (``--mean`` with 2 values for 3
+    channels); the ``kuiper-xp`` command exits with status 2 for it, as for other usage errors."""

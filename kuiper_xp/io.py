@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kuiper_xp.errors import InputError
+from kuiper_xp.errors import InputError, OptionError
 
 __all__ = [
     "ARRAY_EXTS",
@@ -196,7 +196,7 @@ def load_image(path: str | os.PathLike, spec: Spec | None = None,
     try:
         from PIL import Image, UnidentifiedImageError
     except ImportError:
-        raise InputError("reading images needs Pillow: pip install 'kuiper-xp[image]'") from None
+        raise InputError("reading images needs Pillow: pip install -e '.[image]' (in the kuiper-xp checkout)") from None
     try:
         with Image.open(path) as im:
             im = im.convert(modes[channels])
@@ -212,14 +212,14 @@ def load_image(path: str | os.PathLike, spec: Spec | None = None,
     a = a / np.float32(pre.scale)
     for name, vals in (("mean", pre.mean), ("std", pre.std)):
         if vals is not None and len(vals) not in (1, channels):
-            raise InputError(f"--{name} has {len(vals)} values; the model's input has {channels} "
+            raise OptionError(f"--{name} has {len(vals)} values; the model's input has {channels} "
                              f"channel(s): give 1 or {channels}")
     if pre.mean is not None:
         a = a - np.asarray(pre.mean, dtype=np.float32)
     if pre.std is not None:
         std = np.asarray(pre.std, dtype=np.float32)
         if np.any(std == 0):
-            raise InputError("--std must not be 0")
+            raise OptionError("--std must not be 0")
         a = a / std
     return np.ascontiguousarray(np.transpose(a, (2, 0, 1))[None], dtype=np.float32)
 
@@ -347,6 +347,10 @@ def load_samples(sources: Sequence[str], specs: Sequence[Spec], pre: Preprocess 
             if k in named:
                 raise InputError(f"model input {specs[k].name!r} is given twice")
             named[k] = rest
+        elif sep and key and "/" not in key and not Path(src).exists() and Path(rest).exists():
+            names = ", ".join(repr(n) for n in index)
+            raise OptionError(f"--input {src}: the model has no input named {key!r}; its inputs are {names} "
+                              "(as kuiper-xp inspect lists them)")
         else:
             plain.append(str(src))
 
@@ -523,7 +527,8 @@ def random_inputs(specs: Sequence[Spec], batch: int, shapes: dict[str, tuple[int
             for i, d in enumerate(s.shape):
                 if d is None and i > 0:
                     raise InputError(f"model input {s.name!r} {_fmt_shape(s.shape)} has a dynamic "
-                                     f"dimension {i}; give --shape {s.name}=D0,D1,...")
+                                     f"dimension {i}; give its shape after the batch, --shape "
+                                     f"{s.name}=D1,D2,... (or the whole shape)")
                 dims.append(batch if d is None else d)
             shape = tuple(dims)
         dt = np.dtype(s.dtype or "float32")

@@ -264,12 +264,19 @@ def test_run_images_with_preprocessing(tmp_path, capsys):
 
 
 # -- bad input: one line, exit 1 or 2, no traceback ------------------------------------------------------
+def _png(tmp_path):
+    from PIL import Image
+
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "rgb.png")
+    return tmp_path / "rgb.png"
+
+
 @pytest.mark.parametrize("case, code, match", [
     ("missing_input", 1, "input file not found"),
     ("empty_dir", 1, "has no usable inputs"),
     ("bad_image", 1, "cannot decode image"),
     ("wrong_shape", 1, r"has shape \(2, 4\), but the model's input 'x' is \(\?, 5\)"),
-    ("unknown_backend", 1, "unknown backend 'tensorflow'"),
+    ("unknown_backend", 2, "unknown backend 'tensorflow'"),
     ("missing_model", 1, "model file not found"),
     ("no_match", 1, "matches nothing"),
     ("no_input", 2, "give the inputs with --input"),
@@ -277,6 +284,8 @@ def test_run_images_with_preprocessing(tmp_path, capsys):
     ("bad_output_ext", 2, "must end in .npy"),
     ("unsupported", 1, r"2 operator\(s\) of 2 unsupported type\(s\) \(bar.Twiddle, foo.Frobnicate\)"),
     ("bad_batch", 2, "expected a positive integer"),
+    ("unknown_input_name", 2, r"no input named 'zz'; its inputs are 'x'"),
+    ("mean_count", 2, r"--mean has 2 values; the model's input has 3 channel"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, case, code, match):
     nc = _write_model(tmp_path, RELU_NC)
@@ -299,6 +308,9 @@ def test_bad_input_is_one_line(tmp_path, capsys, case, code, match):
         "bad_output_ext": ["run", str(nc), "-i", str(tmp_path / "ok.npy"), "-o", str(tmp_path / "y.csv")],
         "unsupported": ["run", str(_write_model(tmp_path, UNSUPPORTED, "u")), "-i", str(tmp_path / "ok.npy")],
         "bad_batch": ["run", str(nc), "-i", str(tmp_path / "ok.npy"), "--batch-size", "0"],
+        "unknown_input_name": ["run", str(nc), "-i", f"zz={tmp_path / 'ok.npy'}"],
+        "mean_count": ["run", str(_write_model(tmp_path, RELU_NCHW, "img3")), "-i", str(_png(tmp_path)),
+                       "--mean", "0.5", "0.5"],
     }[case]
     assert main(argv) == code
     err = capsys.readouterr().err
@@ -409,9 +421,15 @@ def test_bench_hand_written_model_and_shape_errors(tmp_path, capsys):
     assert "(2, 3, 4, 4) float32" in out and "relu" in out
     dyn = _write_model(tmp_path, RELU_NCHW.replace("(?,3,4,4)", "(?,3,?,?)"), "dyn")
     assert main(["bench", str(dyn), "--runs", "1"]) == 1
-    assert "dynamic dimension 2; give --shape" in _one_error_line(capsys.readouterr().err)
+    assert "dynamic dimension 2; give its shape after the batch, --shape" in _one_error_line(capsys.readouterr().err)
     assert main(["bench", str(dyn), "--runs", "1", "--shape", "1,3,5,5"]) == 0
     assert "(1, 3, 5, 5) float32" in capsys.readouterr().out
+    # the shape after the batch, as the help and the error say: --batch goes in front
+    for shape in ("3,6,5", "x=3,6,5", "3x6x5"):
+        assert main(["bench", str(dyn), "--runs", "1", "--batch", "2", "--shape", shape]) == 0
+        assert "(2, 3, 6, 5) float32" in capsys.readouterr().out
+    assert main(["run", str(model), "--input", str(tmp_path / "nothing.png"), "--scale", "0"]) == 2
+    assert "positive number" in capsys.readouterr().err
 
 
 # -- backends, help, entry points --------------------------------------------------------------------------
