@@ -247,7 +247,8 @@ class ModelFiles:
 
 def one_line(exc: BaseException) -> str:
     """``Type: message`` on one line, at most 400 characters (the error column of the table)."""
-    msg = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
+    text = exc.args[0] if isinstance(exc, KeyError) and len(exc.args) == 1 and isinstance(exc.args[0], str) else str(exc)
+    msg = " ".join(line.strip() for line in text.strip().splitlines() if line.strip())  # (KeyError: no repr quotes)
     text = f"{type(exc).__name__}: {msg}".strip()
     return text if len(text) <= 400 else text[:397] + "..."
 

@@ -295,6 +295,8 @@ class NcnnRunner(Runner):
     def prepare(self, inputs: tuple) -> Any:
         import numpy as np
 
+        if any(x.dtype.kind != "f" for x in inputs):
+            raise RuntimeError("ncnn takes float inputs only (this model has integer or bool inputs)")
         batch = inputs[0].shape[0]
         per_image = []
         for i in range(batch):

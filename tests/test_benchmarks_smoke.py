@@ -234,3 +234,36 @@ def test_pnnx_failure_reports(tmp_path):
     assert _pnnx_reason("$ /x/pnnx m.pt\n## pass_level4\n## pass_level5\n## pass_ncnn\n") == (
         "## pass_level4 | ## pass_level5 | ## pass_ncnn")
     assert _exit_status(-11) == "-11 (SIGSEGV)" and _exit_status(-6) == "-6 (SIGABRT)" and _exit_status(1) == "1"
+
+
+def test_nothing_timed_is_a_failure_with_a_readable_report(tmp_path):
+    """Every model failing (an unknown zoo name, a file without --input-shape) gives exit status 1
+    after the report is written, error text without a KeyError's quotes."""
+    out = tmp_path / "results"
+    env = dict(os.environ, KUIPER_XP_BENCH_CACHE=str(tmp_path / "bench-cache"))
+    (tmp_path / "net.py").write_text("import torch\ndef build():\n    return torch.nn.ReLU()\n")
+    proc = subprocess.run([sys.executable, str(RUN), "--models", f"resnet19,{tmp_path / 'net.py'}:build",
+                           "--quick", "--no-memory", "--engines", "kuiper,torch", "--backends", "numpy",
+                           "--out", str(out)], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "nothing was timed" in proc.stderr
+    latest = json.loads((out / "latest.json").read_text())
+    errors = [c["entries"][0]["error"] for c in latest["cells"]]
+    assert len(errors) == 2 and all(e.startswith("KeyError: ") and not e.startswith("KeyError: '") for e in errors)
+    assert "--input-shape" in errors[1]
+
+
+def test_a_torch_failure_is_a_row_not_a_crash(tmp_path):
+    """A model torch itself cannot run on the given shape (wrong channel count): every engine gets
+    its error row and the report is written (the reference run used to raise out of run.py)."""
+    out = tmp_path / "results"
+    env = dict(os.environ, KUIPER_XP_BENCH_CACHE=str(tmp_path / "bench-cache"))
+    (tmp_path / "net.py").write_text("import torch\ndef build():\n    return torch.nn.Conv2d(3, 4, 3)\n")
+    proc = subprocess.run([sys.executable, str(RUN), "--models", f"{tmp_path / 'net.py'}:build",
+                           "--input-shape", "5,8,8", "--quick", "--no-memory", "--engines", "kuiper,onnxruntime",
+                           "--backends", "numpy", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (out / "latest.json").exists()
+    cell = json.loads((out / "latest.json").read_text())["cells"][0]
+    assert all(e.get("error") or "no torch reference" in e.get("check", "") for e in cell["entries"]), cell
