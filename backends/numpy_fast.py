@@ -308,6 +308,7 @@ class _Worker:
     def _loop(self, ready: threading.Event) -> None:
         if UFUNC_BUFSIZE:
             np.setbufsize(UFUNC_BUFSIZE)
+        np.seterr(all="ignore")  # (this thread only computes inside forward passes: silent, as torch)
         self.tid = threading.get_native_id()
         ready.set()
         while True:
@@ -584,9 +585,11 @@ class compute_scope:
         self._saved_pool = getattr(_tls, "pool", None)
         _tls.pool = self.pool
         _tls.depth = getattr(_tls, "depth", 0) + 1
+        # floating-point conditions are silent during the pass, as in torch (log(0), 0/0 in a
+        # model's own arithmetic printed numpy RuntimeWarnings); the buffer size is set here too
+        self._es = np.errstate(all="ignore")
+        self._es.__enter__()
         if UFUNC_BUFSIZE:
-            self._es = np.errstate()
-            self._es.__enter__()
             np.setbufsize(UFUNC_BUFSIZE)
         with _scope_lock:
             if _scope_depth == 0:
@@ -608,8 +611,7 @@ class compute_scope:
             _tls.unplaced = False
             if _placed.get("tid") == threading.get_native_id():
                 _unplace()  # this thread's call is over (another thread's scope may still run)
-        if UFUNC_BUFSIZE:
-            self._es.__exit__(None, None, None)
+        self._es.__exit__(None, None, None)
         with _scope_lock:
             _scope_depth -= 1
             if _scope_depth == 0:
