@@ -276,3 +276,26 @@ def test_tied_weights_are_not_taken_for_the_input(kind, backend, tmp_path):
         assert len(got) == len(expected)
         for a, e in zip(got, expected):
             assert_close(backend.to_numpy(a), e, rtol=1e-5, what=f"{kind} batch {b}")
+
+
+class _ListAndTwice(nn.Module):
+    def forward(self, x):
+        a = x * 2
+        return [a, x + 1, a]
+
+
+def test_list_outputs_are_flattened_and_run_keys_stay_unique(tmp_path):
+    """``return [a, b, a]``: pnnx writes one list-valued expression; its items are the graph's
+    outputs (they came back as one nested list), and ``run`` keys them by position."""
+    m = _ListAndTwice().eval()
+    x = torch.randn(2, 3)
+    g = kuiper_xp.load(export_torch(m, (x,), tmp_path), backend="numpy")
+    got = g(x.numpy())
+    want = m(x)
+    assert len(got) == 3 and all(isinstance(o, np.ndarray) for o in got)
+    for a, e in zip(got, want):
+        assert_close(a, e.numpy(), rtol=1e-6)
+    named = g.run({g.inputs[0].name: x.numpy()})
+    assert len(named) == 3 and all("#" in k for k in named)
+    with pytest.raises(ValueError, match="positive integer"):
+        g.planned_peak_bytes(batch=0)

@@ -524,6 +524,8 @@ class Graph:
         assert self.model is not None
         if batch is None:
             batch = 1
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"batch must be a positive integer, got {batch!r}")
         size: dict[int, int] = {}
         for name, o in self.model.operands.items():
             if o.shape is None:
@@ -658,6 +660,9 @@ class Graph:
                 pool.reclaim()  # buffers of earlier results the caller has dropped
             self._execute(env, profile)
         outs = tuple(env[s] for s in self._output_ids)
+        if any(isinstance(o, (list, tuple)) for o in outs):
+            # ``return [a, b]``: pnnx writes one list-valued expression; its items are outputs
+            outs = tuple(v for o in outs for v in (o if isinstance(o, (list, tuple)) else (o,)))
         if pool is not None:
             pool.lend(outs)
         return outs
@@ -779,9 +784,15 @@ class Graph:
         return n
 
     def run(self, feeds: dict[str, Any] | None = None, **named: Any) -> dict[str, Any]:
-        """Like :meth:`forward` with named inputs; returns ``{output name: array}``."""
+        """Like :meth:`forward` with named inputs; returns ``{output name: array}``. Where names
+        would collide (an output returned twice, the items of a returned list), every key carries
+        the output's position: ``name#k``."""
         outs = self.forward(**(feeds or {}), **named)
-        return {spec.name: v for spec, v in zip(self.outputs, outs)}
+        names = [spec.name for spec in self.outputs]
+        if len(names) != len(outs) or len(set(names)) != len(names):
+            names = [f"{n}#{k}" for k, n in enumerate(names)] if len(names) == len(outs) else \
+                [f"{names[0] if len(names) == 1 else 'output'}#{k}" for k in range(len(outs))]
+        return dict(zip(names, outs))
 
     def __repr__(self) -> str:
         return (f"<Graph {self.param_path.name} state={self.state.name} backend={self.backend.name} "
