@@ -223,6 +223,8 @@ class Tensor:
         """Set every element to ``values`` (a scalar) or to a sequence of exactly ``size`` values
         laid out in row-major or (seed) column-major order. Changes and returns ``self``."""
         xp = self.xp
+        if getattr(values, "shape", None) == () and not isinstance(values, Tensor):
+            values = values.item() if hasattr(values, "item") else values  # (a numpy scalar, a 0-d array)
         if isinstance(values, (int, float, bool)):
             self._data = xp.full(self.shape, values, dtype=self.dtype, device=self.device)
             return self

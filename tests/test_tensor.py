@@ -124,6 +124,8 @@ def test_fill_row_and_column_major(backend):
     np.testing.assert_array_equal(t.fill(vals, row_major=False).to_numpy(),
                                   np.arange(6).reshape(2, 3, order="F"))
     assert t.fill(7.0).to_numpy().tolist() == [[7.0] * 3] * 2
+    for v in (np.float32(2.5), np.int64(3), np.array(1.5)):  # numpy scalars and 0-d arrays are scalars
+        assert t.fill(v).to_numpy().tolist() == [[float(v)] * 3] * 2
     with pytest.raises(ShapeError, match="5 values"):
         t.fill([1, 2, 3, 4, 5])
 
