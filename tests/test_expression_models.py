@@ -153,9 +153,14 @@ def test_dynamic_reshape_uses_a_list_expression(exports, model_backend):
     compare_with_torch(module, inputs, model_backend, param=param)
 
 
-def test_malformed_pnnx_expression_is_an_expression_error(tmp_path):
+def test_malformed_pnnx_expression_is_read_back_from_its_prefix_order(tmp_path):
     """pnnx 20261020 writes torch.expm1/torch.log1p inside a fused expression without their
-    arguments; loading such a file must fail cleanly with the column marked."""
+    brackets (the enclosing ones shifted); every function and operand is still in prefix order,
+    and the expression is read back from it: ``erf(x) + expm1(y) + log1p(|x|) + logaddexp(x, y)``.
+    A string that no reading fits is still an ExpressionError with the column marked."""
+    import numpy as np
+    from conftest import assert_close
+
     import kuiper_xp
     from kuiper_xp.errors import ExpressionError
 
@@ -167,6 +172,11 @@ def test_malformed_pnnx_expression_is_an_expression_error(tmp_path):
             "pnnx.Output out 1 0 2\n")
     p = tmp_path / "bad.pnnx.param"
     p.write_text(text)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    (got,) = kuiper_xp.load(p, backend="numpy")(x.numpy(), y.numpy())
+    want = torch.erf(x) + torch.expm1(y) + torch.log1p(x.abs()) + torch.logaddexp(x, y)
+    assert_close(np.asarray(got), want.numpy(), rtol=1e-6)
+    p.write_text(text.replace(",logaddexp(@0,@1)", ",@1,@0"))  # operands left over: no reading
     with pytest.raises(ExpressionError, match="expected '\\(' after 'expm1'") as info:
         kuiper_xp.load(p, backend="numpy")
     assert "pnnx.Expression 'e'" in str(info.value)
