@@ -455,6 +455,7 @@ def _parse_shapes(items: Sequence[str] | None, specs, batch: int | None = None) 
     """``--shape [NAME=]D0,D1,...`` per input: the whole shape, or (an input with a dynamic batch
     dimension) the shape after the batch, which ``batch`` is put in front of."""
     out: dict[str, tuple[int, ...]] = {}
+    by_name = {s.name: s for s in specs}
     for item in items or ():
         name, sep, dims = item.rpartition("=")
         if not sep:
@@ -467,13 +468,11 @@ def _parse_shapes(items: Sequence[str] | None, specs, batch: int | None = None) 
             raise UsageError(f"--shape {item}: expected [NAME=]D0,D1,... with integers") from None
         if not shape or any(d < 0 for d in shape):
             raise UsageError(f"--shape {item}: expected [NAME=]D0,D1,... with integers >= 0")
-        by_name = {s.name: s for s in specs}
         if name not in by_name:
             raise UsageError(f"--shape {item}: the model has no input {name!r} "
                              f"(inputs: {', '.join(s.name for s in specs)})")
         declared = by_name[name].shape
-        if (batch is not None and declared is not None and len(shape) == len(declared) - 1
-                and declared and declared[0] is None):
+        if batch is not None and declared and len(shape) == len(declared) - 1 and declared[0] is None:
             shape = (batch,) + shape  # (the shape after the batch dimension: --batch in front)
         out[name] = shape
     return out

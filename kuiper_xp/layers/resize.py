@@ -389,10 +389,8 @@ class AtenUpsampleNearest(Interpolate):
         if x.ndim != nd + 2:
             raise ShapeError(f"{self.where}: expected an input with {nd} spatial axes, found shape {tuple(x.shape)}")
         in_sizes = tuple(x.shape[2:])
-        if len(scales) == 1 and (scales[0] is None or isinstance(scales[0], (list, tuple))) and nd > 1:
+        if len(scales) == 1 and (isinstance(scales[0], (list, tuple)) or (scales[0] is None and nd > 1)):
             scales = (None,) * nd if scales[0] is None else tuple(scales[0])  # (the .vec form)
-        elif len(scales) == 1 and isinstance(scales[0], (list, tuple)):
-            scales = tuple(scales[0])
         factors = tuple(None if f is None else float(f) for f in scales)
         if len(factors) != nd:
             raise ShapeError(f"{self.where}: {len(factors)} scale(s) for {nd} spatial axes")
