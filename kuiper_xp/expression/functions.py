@@ -305,6 +305,13 @@ _SCALAR_FLOAT_FN = {
     "sin": math.sin, "sinh": math.sinh, "sqrt": math.sqrt, "tan": math.tan, "tanh": math.tanh,
     "reciprocal": lambda x: 1.0 / x, "rsqrt": lambda x: 1.0 / math.sqrt(x),
 }
+def wrap_int(v: int, info: Any) -> int:
+    """``v`` wrapped into the integer range ``info`` (``xp.iinfo``) modulo 2**bits, as torch
+    converts a Python int for an integer tensor (``uint8_tensor + 300`` adds 44)."""
+    span = info.max - info.min + 1
+    return (v - info.min) % span + info.min
+
+
 #: float32 logarithms computed in float64 and rounded (up to LOG_VIA_FLOAT64_MAX elements): torch's
 #: float32 log is within an ulp of the correctly rounded value and so is this, but NumPy's
 #: float32 log / log10 / log1p differ from torch's on 12% / 40-50% / 8% of random values (the
@@ -443,8 +450,8 @@ class ArrayOps:
                 return int(v) if c == _INT else float(v)
             if t is int and c == _INT:
                 info = self.xp.iinfo(dt)
-                if not info.min <= v <= info.max:  # wrapped, as torch converts it (uint8 + 300 adds 44)
-                    v = (v - info.min) % (info.max - info.min + 1) + info.min
+                if not info.min <= v <= info.max:
+                    v = wrap_int(v, info)
             return v
         if v.dtype != dt:
             return self.xp.astype(v, dt)

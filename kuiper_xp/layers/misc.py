@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.expression.functions import wrap_int
 
 from .base import BuildContext, Layer
 from .registry import register
@@ -175,13 +176,6 @@ def binary_operands(xp: Any, a: Any, b: Any, device: Any) -> tuple[Any, Any]:
         return promote(xp, scalar_array(xp, a, b, device), b)
     dt = xp.float32 if isinstance(a, float) or isinstance(b, float) else xp.int64
     return xp.asarray(a, dtype=dt, device=device), xp.asarray(b, dtype=dt, device=device)
-
-
-def wrap_int(v: int, info: Any) -> int:
-    """``v`` wrapped into the integer range ``info`` (``xp.iinfo``) modulo 2**bits, as torch
-    converts a Python int for an integer tensor (``uint8_tensor + 300`` adds 44)."""
-    span = info.max - info.min + 1
-    return (v - info.min) % span + info.min
 
 
 def _scalar_param(op: Any, key: str) -> Any:
