@@ -35,6 +35,7 @@ from kuiper_xp import io as kio
 from kuiper_xp.errors import (
     BackendError,
     BackendUnavailableError,
+    BinFormatError,
     InputError,
     KuiperXPError,
     OptionError,
@@ -387,18 +388,24 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from kuiper_xp.pnnx import load_model, parse_param
 
     out = _Out(args)
+    damaged: BinFormatError | None = None
     with _model_files(args.model) as files:
         bin_path = files.bin or _bin_beside(files.param)
+        model = None
         if bin_path.is_file():
-            model = load_model(files.param, bin_path)
-        else:
+            try:
+                model = load_model(files.param, bin_path)
+            except BinFormatError as exc:  # (the table still shows what the .param holds)
+                damaged = exc
+        if model is None:
             model = parse_param(files.param)
-            out.note(f"{bin_path.name} not found: weights are not checked, peak memory not planned")
+            why = "not found" if damaged is None else f"unreadable ({_message(damaged, 'inspect')})"
+            out.note(f"{bin_path.name} {why}: weights are not checked, peak memory not planned")
         summary = kinspect.summarize(model, batch=args.batch, registry=registry)
         peak = None
         if summary.unsupported:
             peak = "n/a (the graph does not build: unsupported operators below)"
-        elif bin_path.is_file():
+        elif bin_path.is_file() and damaged is None:
             peak = _planned_peak(files, bin_path, args)
         out.say(f"model:        {files.label if files.bundled else files.param}")
         out.say(kinspect.format_table(summary), essential=True)
@@ -410,6 +417,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             Path(args.dot).write_text(text, encoding="utf-8")
             out.say(f"wrote:        {args.dot} (render with: dot -Tsvg {args.dot} -o graph.svg)")
         model.close()
+    if damaged is not None:
+        raise damaged  # (after the table: the exit status says the file is damaged)
     return 0
 
 

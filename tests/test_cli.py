@@ -530,6 +530,12 @@ pnnx.Output out 1 0 y #y=(?,4)f32
     assert "parameters:   28 (112 B of weights, 112 bytes)" in captured.out  # 4*6 + 4
     flops = _torch_flops(torch.nn.Linear(6, 4), torch.zeros(2, 6))
     assert f"at batch 2 ({flops:,})" in captured.out
+    # a damaged .bin: the table still, a note naming the problem, then the error and status 1
+    (tmp_path / "m.pnnx.bin").write_bytes(b"PK\x03\x04 not really a zip")
+    assert main(["inspect", str(model), "--batch", "2"]) == 1
+    captured = capsys.readouterr()
+    assert "parameters:   28" in captured.out
+    assert "m.pnnx.bin unreadable" in captured.err and "not a valid pnnx .bin" in captured.err.splitlines()[-1]
 
 
 class _Tokens(torch.nn.Module):
