@@ -248,6 +248,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         notes: list[str] = []
         aliases = [(op.name,) for op in g.model.operators if op.type == "pnnx.Input"]
         samples = kio.load_samples(args.input, specs, preprocess, notes, aliases)
+        given = [f"--{k}" for k in ("size", "mean", "std") if getattr(args, k) is not None]
+        given += ["--scale"] if args.scale != 255.0 else []
+        if given and not any(Path(str(src).rpartition("=")[2]).suffix.lower() in kio.IMAGE_EXTS
+                             or Path(str(src).rpartition("=")[2]).is_dir() or any(c in str(src) for c in "*?[")
+                             for src in args.input):
+            notes.append(f"{'/'.join(given)} apply to images only; these inputs are arrays, used as they are")
         for n in notes:
             out.note(n)
         if args.output and Path(args.output).suffix.lower() == ".npy" and len(g.outputs) != 1:

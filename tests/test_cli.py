@@ -592,3 +592,15 @@ def test_run_refuses_a_damaged_weight_file(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(binfile, "VERIFY_CRC", True)
     with pytest.raises(kuiper_xp.errors.BinFormatError, match="CRC-32"):
         kuiper_xp.load(tmp_path / "digits.pnnx.param")
+
+
+def test_image_options_on_array_inputs_get_a_note(tmp_path, capsys):
+    """--size/--mean/--std/--scale only preprocess images: given with .npy inputs, a note says
+    they are not applied (they were ignored silently)."""
+    model = _write_model(tmp_path, RELU_NCHW)
+    np.save(tmp_path / "x.npy", np.ones((1, 3, 4, 4), np.float32))
+    assert main(["run", str(model), "-i", str(tmp_path / "x.npy"), "--mean", "0.5", "--scale", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "--mean/--scale apply to images only" in err
+    assert main(["run", str(model), "-i", str(tmp_path / "x.npy")]) == 0
+    assert "images only" not in capsys.readouterr().err
