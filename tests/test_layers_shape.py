@@ -572,3 +572,24 @@ def test_repeat_interleave_tensor_repeats_matches_torch(backend, tmp_path):
                        (np.array([1.0, 2.0, 1.0]), "integers"), (np.ones((3, 1), np.int64), "scalar or 1-D")):
         with pytest.raises(ShapeError, match=match):
             run(backend, layer, x, bad)
+
+
+class _NarrowFromSizes(nn.Module):
+    """``x.narrow(1, 0, x.size(1) - 1)`` / a start from a size: pnnx passes the computed
+    argument as an input (``$length=...``); it was refused ("parameter 'length' is missing")."""
+
+    def forward(self, x):
+        return x.narrow(1, 0, x.size(1) - 1), torch.narrow(x, 2, x.size(2) - 2, 2) * 2
+
+
+def test_narrow_with_arguments_computed_from_sizes(model_backend, tmp_path):
+    import kuiper_xp
+
+    m = _NarrowFromSizes().eval()
+    param = export_torch(m, (torch.randn(1, 4, 5),), tmp_path, inputs2=(torch.randn(3, 6, 7),))
+    assert "$length=" in param.read_text()
+    g = kuiper_xp.load(param, backend=model_backend)
+    for shape in ((1, 4, 5), (3, 6, 7), (2, 9, 3)):
+        x = torch.randn(*shape)
+        for a, e in zip(g(x.numpy()), m(x)):
+            assert_close(kuiper_xp.to_numpy(a), e.numpy(), rtol=1e-6, what=str(shape))

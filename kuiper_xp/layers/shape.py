@@ -724,28 +724,41 @@ class Select(ShapeLayer):
 
 @register("torch.narrow", "Tensor.narrow")
 class Narrow(ShapeLayer):
-    """``x[..., start:start+length, ...]`` on ``dim`` (negative start counts from the end)."""
+    """``x[..., start:start+length, ...]`` on ``dim`` (negative start counts from the end);
+    ``start`` and ``length`` parameters, or inputs computed from sizes (``x.narrow(1, 0,
+    x.size(1) - 1)``: ``$length=...``)."""
 
-    def __init__(self, ctx: BuildContext, dim: int, start: int, length: int):
+    def __init__(self, ctx: BuildContext, dim: int, start: int | None, length: int | None,
+                 slots: dict[str, int] | None = None):
         super().__init__(ctx)
         self.dim, self.start, self.length = dim, start, length
+        self.slots = slots or {}
 
     @classmethod
     def from_operator(cls, op, ctx):
-        return cls(ctx, op.param("dim", int), op.param("start", int), op.param("length", int))
+        slots = {k: v for k, v in input_slots(op, ("input", "start", "length")).items() if k != "input"}
+        start = None if "start" in slots else op.param("start", int)
+        length = None if "length" in slots else op.param("length", int)
+        return cls(ctx, op.param("dim", int), start, length, slots)
 
-    def _key(self, shape: tuple[int, ...]) -> tuple[Any, ...]:
+    def _key(self, shape: tuple[int, ...], start: int, length: int) -> tuple[Any, ...]:
         d = norm_dim(self.dim, len(shape), self.who)
         n = shape[d]
-        a = self.start + n if self.start < 0 else self.start
-        if not 0 <= a <= n or self.length < 0 or a + self.length > n:
-            raise ShapeError(f"{self.who}: narrow(start={self.start}, length={self.length}) does not fit dim "
+        a = start + n if start < 0 else start
+        if not 0 <= a <= n or length < 0 or a + length > n:
+            raise ShapeError(f"{self.who}: narrow(start={start}, length={length}) does not fit dim "
                              f"{self.dim} of size {n}")
-        return (slice(None),) * d + (slice(a, a + self.length), ...)
+        return (slice(None),) * d + (slice(a, a + length), ...)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, *extra: Any) -> Any:
         shape = tuple(x.shape)
-        return x[self.cached(shape, lambda: self._key(shape))]
+        if self.slots:
+            inputs = (x,) + extra
+            start = self.start if self.start is not None else runtime_int(inputs[self.slots["start"]], self.who, "start")
+            length = (self.length if self.length is not None
+                      else runtime_int(inputs[self.slots["length"]], self.who, "length"))
+            return x[self._key(shape, start, length)]
+        return x[self.cached(shape, lambda: self._key(shape, self.start, self.length))]
 
 
 @register("pnnx.SliceIndexes")
