@@ -593,3 +593,32 @@ def test_narrow_with_arguments_computed_from_sizes(model_backend, tmp_path):
         x = torch.randn(*shape)
         for a, e in zip(g(x.numpy()), m(x)):
             assert_close(kuiper_xp.to_numpy(a), e.numpy(), rtol=1e-6, what=str(shape))
+
+
+class _SizesFromTheBatch(nn.Module):
+    """``x.new_full((x.shape[0], 3), v)`` and ``y.broadcast_to(x.shape[0], 3, 6)``: with a dynamic
+    batch pnnx leaves ``aten::new_full`` / ``aten::broadcast_to`` with the size as a list input
+    (refused as unsupported)."""
+
+    def forward(self, x):
+        y = x[:, :1, :]
+        return (x.new_full((x.shape[0], 3), 4.0), y.broadcast_to(x.shape[0], 3, 6) * 2,
+                x.new_full((2, x.shape[1]), 7, dtype=torch.int64))
+
+
+def test_new_full_and_broadcast_to_with_sizes_from_the_batch(model_backend, tmp_path):
+    from helpers import export_module
+
+    import kuiper_xp
+
+    m = _SizesFromTheBatch().eval()
+    param = export_module(m, (torch.randn(1, 4, 6),), tmp_path, inputs2=(torch.randn(3, 4, 6),))
+    text = param.read_text()
+    assert "aten::new_full" in text and "aten::broadcast_to" in text
+    g = kuiper_xp.load(param, backend=model_backend)
+    for b in (1, 3, 5):
+        x = torch.randn(b, 4, 6)
+        for a, e in zip(g(x.numpy()), m(x)):
+            a = kuiper_xp.to_numpy(a)
+            assert a.dtype == e.numpy().dtype and a.shape == tuple(e.shape)
+            assert_close(a, e.numpy(), rtol=1e-6)

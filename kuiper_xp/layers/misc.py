@@ -464,6 +464,28 @@ class FullLike(Layer):
         return self.xp.full(size, self.fill, dtype=dtype, device=self.device)
 
 
+@register("aten::new_full")
+class AtenNewFull(Layer):
+    """``x.new_full(size, fill)`` as pnnx leaves it when the size follows an input's shape:
+    ``aten::new_full (self, size, fill_value, dtype, layout, device, pin_memory)``; the dtype the
+    file declares for the output (else x's)."""
+
+    def __init__(self, ctx: BuildContext, dtype: Any):
+        super().__init__(ctx)
+        self.dtype = dtype
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 7:
+            raise LayerParameterError(f"{op.where}: expected 7 inputs (self, size, fill_value, dtype, layout, "
+                                      f"device, pin_memory), found {len(op.inputs)}")
+        return cls(ctx, output_dtype(op, ctx.xp))
+
+    def forward(self, x: Any, size: Any, fill: Any, *_: Any) -> Any:
+        dtype = self.dtype if self.dtype is not None else x.dtype
+        return self.xp.full(to_int_list(size), _scalar_input(self.xp, fill), dtype=dtype, device=self.device)
+
+
 @register("Tensor.fill", "Tensor.fill_")
 class Fill(Layer):
     """``x.fill_(value)`` as a fresh array: x's shape and dtype, every element ``value`` (a

@@ -857,7 +857,7 @@ class Contiguous(Layer):
         return x
 
 
-@register("Tensor.expand", "Tensor.expand_as", "torch.broadcast_to", "Tensor.broadcast_to")
+@register("Tensor.expand", "Tensor.expand_as", "torch.broadcast_to", "Tensor.broadcast_to", "aten::broadcast_to")
 class Expand(ShapeLayer):
     """Broadcast to ``sizes`` (-1 keeps a dim; extra leading dims allowed), to a ``$sizes`` input,
     or (expand_as) to the second input's shape."""
