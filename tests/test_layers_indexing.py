@@ -117,6 +117,12 @@ CASES = {
     "embedding_bag_sum": (Fn(lambda s, ids, w: (s.m[0](ids), s.m[0](ids, per_sample_weights=w)),
                              nn.EmbeddingBag(10, 4, mode="sum")),
                           (torch.tensor([[1, 2, 4], [2, 2, 2], [9, 0, 2]]), _r(3, 3, seed=2)), {"aten::embedding_bag"}),
+    # F.embedding_bag with a constant table, include_last_offset and per-sample weights: torch's
+    # (unused) bag_size / max_indices have one entry per offset, the last included
+    "embedding_bag_last_offset": (
+        Fn(lambda s, x, w: F.embedding_bag((x[0, :4].abs() * 3).long().clamp(0, 9), w, torch.tensor([0, 2, 4]),
+                                           mode="sum", per_sample_weights=x[0, 4:8], include_last_offset=True)),
+        (_r(1, 8), _r(10, 4, seed=1)), {"aten::embedding_bag"}),
     "bilinear": (Fn(lambda s, a, b: (s.m[0](a, b), s.m[1](a, a)), nn.Bilinear(4, 5, 3), nn.Bilinear(4, 4, 2, bias=False)),
                  (_r(2, 7, 4), _r(2, 7, 5, seed=1)), {"aten::bilinear"}),
     "gru_cell": (Fn(lambda s, x, h: s.m[0](x, h), nn.GRUCell(4, 6)), (_r(2, 4), _r(2, 6, seed=1)),

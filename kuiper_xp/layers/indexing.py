@@ -451,7 +451,9 @@ class EmbeddingBag(Layer):
             if mode == 1:
                 out = out / xp.reshape(xp.astype(xp.clip(count, min=1), rows.dtype), (-1, 1))
             # torch's auxiliary results: mean repeats bag_size as max_indices, sum leaves both zero
-            count = count if mode == 1 else xp.zeros_like(count)
+            # (one per offset, the last one included, where include_last_offset is set)
+            if mode == 0:
+                count = xp.zeros((offsets.shape[0],), dtype=xp.int64, device=self.device)
             extra = count
         if mode == 0 and not padded:
             bag_of = xp.zeros((0,), dtype=xp.int64, device=self.device)  # torch leaves offset2bag empty
