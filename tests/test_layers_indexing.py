@@ -61,6 +61,9 @@ CASES = {
                     {"Tensor.index"}),
     "one_hot": (Fn(lambda s, x: F.one_hot(x, 7).float() * 3), (torch.tensor([[0, 6, 2], [1, 1, 5]]),),
                 {"aten::one_hot"}),
+    # scatter(reduce='multiply'): pnnx passes the reduction as a fifth input (was refused)
+    "scatter_multiply": (Fn(lambda s, x, i: torch.scatter(x, 1, i, x[:, :4] + 2, reduce="multiply")),
+                         (_r(3, 6), torch.tensor([[0, 0, 2, 1], [5, 5, 5, 0], [3, 1, 1, 4]])), {"aten::scatter"}),
     "scatter": (Fn(lambda s, x, i: torch.zeros(3, 8).scatter(1, i, x)),
                 (_r(3, 2), torch.tensor([[0, 7], [2, 3], [5, 4]])), {"aten::scatter"}),
     "scatter_value": (Fn(lambda s, x, i: x.scatter(1, i, x[:, :2] * 3) + torch.scatter(x, 0, i, 2.0)),

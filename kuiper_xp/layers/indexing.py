@@ -309,31 +309,48 @@ class OneHot(Layer):
 @register("aten::scatter")
 class Scatter(Layer):
     """``self.scatter(dim, index, src)``: a copy of ``self`` with ``out[index[i][j]][j] =
-    src[i][j]`` (for dim 0); ``src`` a tensor or a scalar ``value``; no ``reduce``. Duplicate
-    indices along ``dim`` keep the last write (torch leaves that order unspecified)."""
+    src[i][j]`` (for dim 0); ``src`` a tensor or a scalar ``value``. Duplicate indices along
+    ``dim`` keep the last write (torch leaves that order unspecified). ``reduce='add'`` /
+    ``'multiply'`` (a parameter, or the fifth input pnnx passes) combine every value sent to a
+    place with it, as ``scatter_reduce(..., 'sum' / 'prod', include_self=True)``."""
 
-    def __init__(self, ctx: BuildContext, pos: dict[str, int], dim: int | None, value: Any, where: str):
+    _REDUCE = {"add": "sum", "multiply": "prod"}
+
+    def __init__(self, ctx: BuildContext, pos: dict[str, int], dim: int | None, value: Any, where: str,
+                 reduce: str | None = None):
         super().__init__(ctx)
-        self.pos, self.dim, self.value, self.where = pos, dim, value, where
+        self.pos, self.dim, self.value, self.where, self.reduce = pos, dim, value, where, reduce
 
     @classmethod
     def from_operator(cls, op, ctx):
-        if op.params.get("reduce") not in (None, "none"):
-            raise LayerParameterError(f"{op.where}: scatter with reduce={op.params['reduce']!r} is not supported")
-        pos = input_slots(op, ("input", "dim", "index", "src"))
+        reduce = op.params.get("reduce")
+        if reduce not in (None, "none", *cls._REDUCE):
+            raise LayerParameterError(f"{op.where}: scatter with reduce={reduce!r} is not supported "
+                                      "(add, multiply)")
+        pos = input_slots(op, ("input", "dim", "index", "src", "reduce"))
         dim = op.param("dim", int, default=None)
         value = op.param("value", float, default=None)
         if "index" not in pos or ("src" not in pos and value is None):
             raise LayerParameterError(f"{op.where}: needs input, index and src (or value)")
         if dim is None and "dim" not in pos:
             raise LayerParameterError(f"{op.where}: needs dim")
-        return cls(ctx, pos, dim, value, op.where)
+        return cls(ctx, pos, dim, value, op.where, None if reduce in (None, "none") else reduce)
 
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp
         x, index = inputs[self.pos["input"]], inputs[self.pos["index"]]
         dim = self.dim if self.dim is not None else to_int(inputs[self.pos["dim"]], "dim")
         src = inputs[self.pos["src"]] if "src" in self.pos else self.value
+        reduce = self.reduce if "reduce" not in self.pos else inputs[self.pos["reduce"]]
+        if reduce not in (None, "none"):
+            if reduce not in self._REDUCE:
+                raise ShapeError(f"{self.where}: scatter with reduce={reduce!r} is not supported (add, multiply)")
+            from .scatter import _scatter_along  # (scatter.py imports this module)
+
+            if not hasattr(src, "shape"):
+                src = xp.full(tuple(index.shape), src, dtype=x.dtype, device=self.device)
+            return _scatter_along(xp, x, dim % max(x.ndim, 1), index, src, self._REDUCE[reduce], True,
+                                  self.device, self.where, self.backend.fast)
         if x.ndim == 0 or index.ndim != x.ndim:
             raise ShapeError(f"{self.where}: index has {index.ndim} dims, input has {x.ndim}")
         axis = dim % x.ndim
