@@ -77,6 +77,9 @@ _INTS = torch.tensor([[-9, -1, 0, 1], [2, 5, 63, 64], [-64, 7, 100, -100]])
 
 # name -> (module, inputs, types the export must contain)
 CASES = {
+    # torch.sgn of a complex tensor: z / |z|, 0 at 0 (real parts zeroed where a <= 0 below)
+    "sgn_complex": (Fn(lambda a, b: torch.view_as_real(torch.sgn(torch.complex(a * (a > 0), b * (a > 0))))),
+                    (_r(3, 5), _r(3, 5, seed=1)), {"aten::sgn", "torch.complex"}),
     # torch.isclose: defaults, tolerances, equal_nan, infinities, integers, broadcasting
     "isclose": (Fn(lambda a, b, i: (torch.isclose(a, b), torch.isclose(a, b, rtol=0.3, atol=0.1),
                                     torch.isclose(a, b, equal_nan=True), torch.isclose(a, a, rtol=0, atol=0),

@@ -576,10 +576,15 @@ class AngleUnits(_Op):
 
 @register("aten::sgn")
 class Sgn(_Op):
-    """``torch.sgn`` of a real tensor: its sign (0 for NaN and 0; bool stays bool)."""
+    """``torch.sgn``: of a real tensor its sign (0 for NaN and 0; bool stays bool), of a complex
+    one ``z / |z|`` (0 where ``z`` is 0)."""
 
     def compute(self, x):
         xp = self.xp
+        if hasattr(x, "dtype") and xp.isdtype(x.dtype, "complex floating"):
+            a = xp.abs(x)
+            zero = a == 0
+            return xp.where(zero, xp.zeros_like(x), x / xp.astype(xp.where(zero, xp.ones_like(a), a), x.dtype))
         x = self.array(x)
         if x.dtype == xp.bool:
             return x
