@@ -254,3 +254,29 @@ def test_max_pool_nan_propagates(backend, tmp_path):
     x[0, 0, 1, 1] = np.nan
     expected = F.max_pool2d(t(x), 2).numpy()
     run_op(backend, tmp_path, "nn.MaxPool2d", _pool_params(2, 2, 0, 1, False), [x], expected)
+
+
+
+@pytest.mark.parametrize("op,params,shape,call", [
+    ("nn.MaxPool2d", _pool_params(3, 2, 1, 1, False, return_indices=True), (2, 3, 16, 6),
+     lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True)),
+    ("F.max_pool1d", _pool_params(4, 2, 1, 1, True, nd=1, return_indices=True), (2, 3, 96),
+     lambda x: F.max_pool1d(x, 4, 2, 1, ceil_mode=True, return_indices=True)),
+    ("F.adaptive_max_pool2d", {"output_size": (2, 3), "return_indices": True}, (2, 3, 16, 6),
+     lambda x: F.adaptive_max_pool2d(x, (2, 3), return_indices=True)),
+    ("F.adaptive_max_pool2d", {"output_size": (4, 3), "return_indices": True}, (2, 3, 7, 5),
+     lambda x: F.adaptive_max_pool2d(x, (4, 3), return_indices=True)),
+    ("F.max_pool3d", _pool_params(2, 2, 0, 1, False, nd=3, return_indices=True), (2, 3, 2, 8, 6),
+     lambda x: F.max_pool3d(x, 2, 2, return_indices=True)),
+    ("F.adaptive_max_pool3d", {"output_size": (1, 2, 3), "return_indices": True}, (2, 3, 2, 8, 6),
+     lambda x: F.adaptive_max_pool3d(x, (1, 2, 3), return_indices=True)),
+], ids=["max2d", "max1d", "adaptive2d-equal", "adaptive2d", "max3d", "adaptive3d"])
+def test_max_pool_indices_of_nan_windows(backend, tmp_path, op, params, shape, call):
+    """Windows holding several NaNs: torch's pooling kernels report the last NaN (they scan with
+    ``val > max || isnan(val)``), where argmax would give the first."""
+    x = rnd(*shape)
+    flat = x.reshape(-1)
+    flat[np.random.default_rng(0).choice(flat.size, flat.size // 6, replace=False)] = np.nan
+    y, idx = call(t(x))
+    assert np.isnan(y.numpy()).any()
+    run_op(backend, tmp_path, op, params, [x], [y.numpy(), idx.numpy()])

@@ -443,7 +443,7 @@ class AdaptiveMaxPool3d(_Adaptive3d):
                 for w0, w1 in fn.adaptive_bounds(w, ow):
                     region = xp.reshape(x[:, :, d0:d1, h0:h1, w0:w1], (n, c, -1))
                     vals.append(xp.max(region, axis=2))
-                    r = xp.astype(xp.argmax(region, axis=2), xp.int64)
+                    r = fn.window_argmax(region, 2, xp=xp)  # torch: first maximum, else last NaN
                     bh, bw = h1 - h0, w1 - w0
                     idxs.append((d0 + r // (bh * bw)) * (h * w) + (h0 + (r // bw) % bh) * w + (w0 + r % bw))
         v = xp.reshape(xp.stack(vals, axis=2), (n, c, od, oh, ow))

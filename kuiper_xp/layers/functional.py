@@ -202,7 +202,8 @@ def _pool_geometry(shape, kernel, stride, padding, dilation, ceil_mode):
 def max_pool2d(x: Any, kernel, stride, padding=(0, 0), dilation=(1, 1), ceil_mode=False,
                return_indices=False, *, xp: Any):
     """torch's ``max_pool2d``; with ``return_indices`` also the flat ``h*W + w`` int64 indices
-    into each input plane (first maximum in row-major window order)."""
+    into each input plane (first maximum in row-major window order; in a window with NaNs, its
+    last NaN, as torch)."""
     out, pads = _pool_geometry(x.shape, kernel, stride, padding, dilation, ceil_mode)
     xpad = pad(x, pads, "zeros", lowest(x.dtype, xp=xp), xp=xp)
     taps = _taps(xpad, kernel, stride, dilation, out)
@@ -221,11 +222,25 @@ def max_pool2d(x: Any, kernel, stride, padding=(0, 0), dilation=(1, 1), ceil_mod
     return _max_with_indices(taps, table, out, xp=xp)
 
 
+def window_argmax(r: Any, axis: int, *, xp: Any) -> Any:
+    """The position along ``axis`` that torch's max-pooling kernels report: the first maximum,
+    or, where the window holds a NaN, its last NaN (they scan with ``val > max || isnan(val)``;
+    ``argmax`` gives the first NaN)."""
+    t = xp.astype(xp.argmax(r, axis=axis), xp.int64)
+    if not xp.isdtype(r.dtype, "real floating"):
+        return t
+    nan = xp.isnan(r)
+    if not bool(xp.any(nan)):
+        return t
+    last = (r.shape[axis] - 1) - xp.astype(xp.argmax(xp.astype(xp.flip(nan, axis=axis), xp.int8), axis=axis), xp.int64)
+    return xp.where(xp.any(nan, axis=axis), last, t)
+
+
 def _max_with_indices(taps, table, out, *, xp):
     stacked = xp.stack(taps, axis=2)  # (N, C, T, Ho, Wo)
     n, c = stacked.shape[:2]
     y = xp.max(stacked, axis=2)
-    t = xp.argmax(stacked, axis=2)  # first maximum; NaN wins as in torch where numpy's argmax does
+    t = window_argmax(stacked, 2, xp=xp)
     ho, wo = out
     flat_pos = xp.reshape(t * (ho * wo), (n, c, ho * wo)) + xp.arange(ho * wo, dtype=t.dtype, device=t.device)
     tbl = xp.reshape(xp.asarray(table, dtype=xp.int64, device=t.device), (-1,))
@@ -323,7 +338,7 @@ def adaptive_max_pool2d(x: Any, out_hw: tuple[int, int], return_indices=False, *
         nl = len(lead)
         r = xp.reshape(x, lead + (ho, kh, wo, kw))
         r = xp.reshape(xp.permute_dims(r, tuple(range(nl)) + (nl, nl + 2, nl + 1, nl + 3)), lead + (ho, wo, kh * kw))
-        t = xp.astype(xp.argmax(r, axis=-1), xp.int64)  # first maximum (NaN: as the taps' argmax)
+        t = window_argmax(r, r.ndim - 1, xp=xp)  # first maximum (NaN: as the taps' argmax)
         y = xp.max(r, axis=-1)
         rows = xp.reshape(xp.arange(ho, dtype=xp.int64, device=x.device) * kh, (ho, 1)) + t // kw
         cols = xp.reshape(xp.arange(wo, dtype=xp.int64, device=x.device) * kw, (1, wo)) + t % kw
