@@ -151,6 +151,7 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
 
     names = set()
     beside: list[Path] = []  # modules next to the file that it imports (their text is hashed too)
+    local: set[str] = set()  # their names
     for node in ast.parse(file.read_text(), filename=str(file)).body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names.add(node.name)
@@ -163,8 +164,10 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
             for root in {r.split(".")[0] for r in roots if r}:
                 if (file.parent / f"{root}.py").is_file():
                     beside.append(file.parent / f"{root}.py")
+                    local.add(root)
                 elif (file.parent / root / "__init__.py").is_file():
                     beside.extend(sorted((file.parent / root).rglob("*.py")))
+                    local.add(root)
     if attr not in names:
         raise KeyError(f"{path}:{attr}: {file.name} defines no top-level {attr!r} "
                        f"(found: {', '.join(sorted(names)) or 'nothing'})")
@@ -185,11 +188,19 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
         added = folder not in sys.path
         if added:
             sys.path.insert(0, folder)
+        # a module beside the file named as one this script has imported already (its own
+        # ``models``, the zoo's ``helpers``) is the file's: set ours aside while the file runs
+        ours = {k: sys.modules.pop(k) for k in list(sys.modules)
+                if k.split(".")[0] in local and not _module_in(sys.modules[k], file.parent)}
         try:
             mod_spec.loader.exec_module(module)
         finally:
             if added and folder in sys.path:
                 sys.path.remove(folder)
+            roots = {k.split(".")[0] for k in ours}
+            for k in [k for k in sys.modules if k.split(".")[0] in roots]:
+                del sys.modules[k]
+            sys.modules.update(ours)
         factory = getattr(module, attr, None)
         if factory is None:
             raise KeyError(f"{file} defines no {attr!r}")
@@ -205,6 +216,11 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
 
     return ModelSpec(name=name, build=build, inputs=inputs, dynamic_batch=4,
                      description=f"{file}:{attr} with inputs {input_shape}")
+
+
+def _module_in(module, folder: Path) -> bool:
+    origin = getattr(module, "__file__", None)
+    return origin is not None and Path(origin).resolve().is_relative_to(folder)
 
 
 def available_models() -> list[str]:

@@ -184,6 +184,24 @@ def test_a_model_file_imports_the_modules_beside_it(tmp_path):
     sys.modules.pop("blocks_kxp_test", None)
 
 
+def test_a_model_file_may_import_a_module_named_as_the_scripts_own(tmp_path):
+    """``from models import cbr`` in a model file means the ``models.py`` beside it, not the
+    benchmark script's own ``models`` (imported first); the script's is back afterwards."""
+    import torch
+
+    if str(RUN.parent) not in sys.path:
+        sys.path.insert(0, str(RUN.parent))
+    import models
+    from models import user_model
+
+    (tmp_path / "models.py").write_text("import torch\ndef cbr(c):\n    return torch.nn.Conv2d(c, c, 1)\n")
+    (tmp_path / "net.py").write_text("import torch\nfrom models import cbr\n\n"
+                                     "def build():\n    return torch.nn.Sequential(cbr(3), torch.nn.ReLU())\n")
+    model = user_model(str(tmp_path / "net.py"), "build", "3,8,8").build()
+    assert isinstance(model[0], torch.nn.Conv2d)
+    assert sys.modules["models"] is models and models.user_model is user_model
+
+
 def test_rel_error_shapes_and_non_finite_values():
     """The accuracy check: equal infinities (masked log-probabilities) are no error; NaN or inf
     where torch has none (or another sign) is; a shape that only reshapes to torch's is an error
