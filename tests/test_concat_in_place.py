@@ -54,6 +54,13 @@ def _torch(module, x):
         return [t2n(t) for t in module(torch.from_numpy(x))]
 
 
+def _same_view(a, b):
+    """Whether ``a`` and ``b`` are the same elements in the same places."""
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and (a.strides == b.strides or (a.flags.c_contiguous and b.flags.c_contiguous))
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+
+
 def _load_with_spy(param):
     """The graph, and a list that each concatenation finished in place appends to: per piece,
     whether it had to be copied (False: the producing layer wrote it in its place)."""
@@ -64,7 +71,7 @@ def _load_with_spy(param):
         off = 0
         for a in xs:
             m = a.shape[axis]
-            copied.append(not nf._same_view(a, buf[(slice(None),) * axis + (slice(off, off + m),)]))
+            copied.append(not _same_view(a, buf[(slice(None),) * axis + (slice(off, off + m),)]))
             off += m
         return real(buf, xs, axis)
 
@@ -261,3 +268,23 @@ def test_concatenation_through_a_reshape_is_laid_out_in_the_outer_one(tmp_path_f
     for k, (x, got) in enumerate(kept):  # results the caller kept were never overwritten
         with torch.no_grad():
             assert_close(got, module(*map(torch.from_numpy, x)).numpy(), rtol=1e-5, what=f"kept {k}")
+
+
+@pytest.mark.parametrize("axis", [0, 1, 3])
+def test_concat_into_with_pieces_in_place_fresh_and_overlapping(axis):
+    """Pieces that are the buffer's own slices, fresh arrays and views of other places in the
+    buffer (copied out first: they overlap it): np.concatenate's result; many small pieces too."""
+    rng = np.random.default_rng(0)
+    sizes = [1, 3, 2, 1, 4]
+    shape = [2, 5, 4, 6]
+    shapes = [tuple(shape[:axis] + [m] + shape[axis + 1:]) for m in sizes]
+    buf = rng.standard_normal(tuple(shape[:axis] + [sum(sizes)] + shape[axis + 1:])).astype(np.float32)
+    own = [nf.concat_piece(buf, axis, shapes, k) for k in range(len(sizes))]
+    lead = (slice(None),) * axis
+    xs = [own[0], rng.standard_normal(shapes[1]).astype(np.float32), buf[lead + (slice(1, 3),)], own[3],
+          rng.standard_normal(shapes[4]).astype(np.float32)]
+    expected = np.concatenate([a.copy() for a in xs], axis)
+    assert nf.concat_into(buf, xs, axis) is buf
+    np.testing.assert_array_equal(buf, expected)
+    many = [rng.standard_normal(tuple(shape[:axis] + [1] + shape[axis + 1:])).astype(np.float32) for _ in range(49)]
+    np.testing.assert_array_equal(nf.concat(many, axis), np.concatenate(many, axis))
