@@ -195,6 +195,13 @@ CASES = {
                                                   return_complex=True), 16, window=torch.hann_window(16),
                                        onesided=False, return_complex=True))),
         (_r(1, 64),), {"torch.istft"}),
+    # sizes computed from the input's shape: pnnx passes n / s as operands
+    "irfft_n_from_shape": (Fn(lambda s, x: fft.irfft(fft.rfft(x) * 0.5, n=x.shape[-1])), (_r(1, 4, 21),),
+                           {"torch.fft.irfft"}, (_r(3, 4, 32),)),
+    "rfft_n_twice_the_length": (Fn(lambda s, x: fft.irfft(fft.rfft(x, n=2 * x.shape[-1]) ** 2, n=2 * x.shape[-1])),
+                                (_r(1, 3, 10),), {"torch.fft.rfft", "torch.fft.irfft"}, (_r(2, 3, 17),)),
+    "irfft2_s_from_shape": (Fn(lambda s, x: fft.irfft2(fft.rfft2(x) * 0.5, s=(x.shape[-2], x.shape[-1]))),
+                            (_r(1, 2, 12, 15),), {"torch.fft.irfft2"}, (_r(3, 2, 16, 20),)),
     # whole models
     "model_logmel_convnet": (LogMel(), (_r(2, 512),), {"torch.stft", "nn.Linear", "nn.Conv2d"}, (_r(3, 512),)),
     "model_fnet": (nn.Sequential(FNetBlock(), FNetBlock()), (_r(2, 10, 16),), {"torch.fft.fft2", "torch.real"},
@@ -240,7 +247,8 @@ def test_matches_torch(name, backend, exported):
     _run_case(name, backend, exported)
 
 
-@pytest.mark.parametrize("name", ["model_logmel_convnet", "model_fnet"])
+@pytest.mark.parametrize("name", ["model_logmel_convnet", "model_fnet", "irfft_n_from_shape",
+                                  "rfft_n_twice_the_length", "irfft2_s_from_shape"])
 def test_dynamic_batch_models(name, model_backend, exported):
     _run_case(name, model_backend, exported, inputs=CASES[name][3])
 

@@ -37,7 +37,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
-from .misc import input_slots, to_int_list
+from .misc import input_slots, to_int, to_int_list
 from .registry import register
 
 _NORMS = ("backward", "ortho", "forward")
@@ -159,19 +159,23 @@ class FFT(Layer):
     @classmethod
     def from_operator(cls, op, ctx):
         fn, kind = _FFT1[op.type]
-        n = op.param("n", int, default=None)
+        slots = _operand_slots(op, "n")
+        n = None if "n" in slots else op.param("n", int, default=None)
         if n is not None and n < 1:
             raise LayerParameterError(f"{op.where}: invalid number of data points n={n}")
-        if len(op.inputs) != 1:
-            raise LayerParameterError(f"{op.where}: expected one input, found {len(op.inputs)}")
-        return cls(ctx, fn, kind, n, op.param("dim", int, default=-1), _norm(op), op.where)
+        layer = cls(ctx, fn, kind, n, op.param("dim", int, default=-1), _norm(op), op.where)
+        layer.slots = slots
+        return layer
 
-    def forward(self, x: Any) -> Any:
+    slots: dict[str, int] = {"input": 0}
+
+    def forward(self, *args: Any) -> Any:
         xp = self.xp
+        x = args[self.slots["input"]]
         axis = _axis(self.dim, x.ndim, self.where)
         x, out_dtype = _prepare(xp, x, self.kind, self.fn, self.where)
         m = x.shape[axis]
-        n = self.n
+        n = self.n if "n" not in self.slots else to_int(args[self.slots["n"]], f"{self.where}: n")
         if n is None:
             n = 2 * (m - 1) if self.kind == "c2r" else m
         _check_points(n, self.where)
@@ -202,19 +206,33 @@ class FFTN(Layer):
             raise LayerParameterError(f"{op.where}: invalid number of data points s={s}")
         if dim is not None and not dim:
             raise LayerParameterError(f"{op.where}: dim=() (no axes) is not supported")
-        if len(op.inputs) != 1:
-            raise LayerParameterError(f"{op.where}: expected one input, found {len(op.inputs)}")
-        return cls(ctx, fn, kind, s, dim, _norm(op), op.where)
+        slots = _operand_slots(op, "s")
+        layer = cls(ctx, fn, kind, s, dim, _norm(op), op.where)
+        layer.slots = slots
+        return layer
 
-    def forward(self, x: Any) -> Any:
+    slots: dict[str, int] = {"input": 0}
+
+    def forward(self, *args: Any) -> Any:
+        x = args[self.slots["input"]]
+        if "s" in self.slots:  # sizes computed from the input's (pnnx: ``$s`` from an expression)
+            s = to_int_list(args[self.slots["s"]], f"{self.where}: s")
+            if self.dim is not None and len(s) != len(self.dim):
+                raise ShapeError(f"{self.where}: s={s} and dim={self.dim} must have the same length")
+            if any(v < 1 and v != -1 for v in s):
+                raise ShapeError(f"{self.where}: invalid number of data points s={s}")
+            return self._transform(x, s)
+        return self._transform(x, self.s)
+
+    def _transform(self, x: Any, sizes: tuple | None) -> Any:
         xp = self.xp
         nd = x.ndim
         if self.dim is not None:
             axes = [_axis(d, nd, self.where) for d in self.dim]
-        elif self.s is not None:
-            if len(self.s) > nd:
-                raise ShapeError(f"{self.where}: s={self.s} has more sizes than the input has dimensions ({nd})")
-            axes = list(range(nd - len(self.s), nd))
+        elif sizes is not None:
+            if len(sizes) > nd:
+                raise ShapeError(f"{self.where}: s={sizes} has more sizes than the input has dimensions ({nd})")
+            axes = list(range(nd - len(sizes), nd))
         else:
             axes = list(range(nd))
         if len(set(axes)) != len(axes):
@@ -222,7 +240,7 @@ class FFTN(Layer):
         if not axes:
             raise ShapeError(f"{self.where}: a 0-d input has no axis to transform")
         x, out_dtype = _prepare(xp, x, self.kind, self.fn, self.where)
-        s = list(self.s) if self.s is not None else [-1] * len(axes)
+        s = list(sizes) if sizes is not None else [-1] * len(axes)
         for i, a in enumerate(axes):
             if s[i] == -1:
                 last_c2r = self.kind == "c2r" and i == len(axes) - 1
@@ -230,6 +248,15 @@ class FFTN(Layer):
             _check_points(s[i], self.where)
         y = getattr(xp.fft, self.fn)(x, s=tuple(s), axes=tuple(axes), norm=self.norm)
         return _cast(xp, y, out_dtype)
+
+
+def _operand_slots(op: Any, size: str) -> dict[str, int]:
+    """Operand positions of the input and of ``size`` (``n`` or ``s``), when pnnx passes the
+    size as an operand: computed from the input's shape (``n=x.shape[-1]``, ``s=(H, W)``)."""
+    slots = input_slots(op, ("input", size))
+    if "input" not in slots:
+        raise LayerParameterError(f"{op.where}: needs an input tensor")
+    return slots
 
 
 @register("aten::fft_fftshift", "aten::fft_ifftshift")
