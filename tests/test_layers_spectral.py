@@ -202,6 +202,14 @@ CASES = {
                                 (_r(1, 3, 10),), {"torch.fft.rfft", "torch.fft.irfft"}, (_r(2, 3, 17),)),
     "irfft2_s_from_shape": (Fn(lambda s, x: fft.irfft2(fft.rfft2(x) * 0.5, s=(x.shape[-2], x.shape[-1]))),
                             (_r(1, 2, 12, 15),), {"torch.fft.irfft2"}, (_r(3, 2, 16, 20),)),
+    "istft_length_from_shape": (
+        Fn(lambda s, x: torch.istft(torch.stft(x, 32, 8, window=s.w, return_complex=True) * 0.5, 32, 8, window=s.w,
+                                    length=x.shape[-1]), w=torch.hann_window(32)),
+        (_r(1, 200),), {"aten::istft"}, (_r(3, 257),)),
+    "istft_length_from_shape_no_window": (
+        Fn(lambda s, x: torch.istft(torch.stft(x, 16, window=None, center=False, return_complex=True), 16,
+                                    center=False, length=x.shape[-1] - 3)),
+        (_r(1, 100),), {"aten::istft"}, (_r(2, 131),)),
     # whole models
     "model_logmel_convnet": (LogMel(), (_r(2, 512),), {"torch.stft", "nn.Linear", "nn.Conv2d"}, (_r(3, 512),)),
     "model_fnet": (nn.Sequential(FNetBlock(), FNetBlock()), (_r(2, 10, 16),), {"torch.fft.fft2", "torch.real"},
@@ -248,7 +256,8 @@ def test_matches_torch(name, backend, exported):
 
 
 @pytest.mark.parametrize("name", ["model_logmel_convnet", "model_fnet", "irfft_n_from_shape",
-                                  "rfft_n_twice_the_length", "irfft2_s_from_shape"])
+                                  "rfft_n_twice_the_length", "irfft2_s_from_shape", "istft_length_from_shape",
+                                  "istft_length_from_shape_no_window"])
 def test_dynamic_batch_models(name, model_backend, exported):
     _run_case(name, model_backend, exported, inputs=CASES[name][3])
 

@@ -467,13 +467,13 @@ class _STFTBase(Layer):
             raise LayerParameterError(f"{op.where}: window={op.params['window']!r} should be an input or None")
         return pos
 
-    def _window(self, inputs: tuple, dtype: Any) -> Any:
+    def _window(self, inputs: tuple, dtype: Any, cfg: dict | None = None, pos: dict | None = None) -> Any:
         """The window padded to n_fft (centred, as torch does when win_length < n_fft); a
         rectangular window of win_length when there is none."""
-        xp, c = self.xp, self.cfg
+        xp, c, pos = self.xp, cfg or self.cfg, pos or self.pos
         n_fft, win = c["n_fft"], c["win"]
-        if "window" in self.pos:
-            w = inputs[self.pos["window"]]
+        if "window" in pos:
+            w = inputs[pos["window"]]
             if w.ndim != 1 or w.shape[0] != win:
                 raise ShapeError(f"{self.where}: expected a 1-D window of win_length={win} values, got shape "
                                  f"{tuple(w.shape)}")
@@ -617,8 +617,11 @@ class ISTFT(_STFTBase):
         return cls(ctx, cfg, cls._inputs(op), op.where)
 
     def forward(self, *inputs: Any) -> Any:
-        xp, c = self.xp, self.cfg
-        x = inputs[self.pos["input"]]
+        return self._istft(inputs, self.cfg, self.pos)
+
+    def _istft(self, inputs: tuple, c: dict, pos: dict) -> Any:
+        xp = self.xp
+        x = inputs[pos["input"]]
         if not _is_complex(xp, x.dtype):
             raise ShapeError(f"{self.where}: istft requires a complex-valued input (the output of stft with "
                              f"return_complex=True), got {x.dtype}")
@@ -630,7 +633,7 @@ class ISTFT(_STFTBase):
         n_fft, hop = c["n_fft"], c["hop"]
         nfreq, nframes = x.shape[1], x.shape[2]
         rdt = _real_of(xp, x.dtype)
-        w = self._window(inputs, rdt)
+        w = self._window(inputs, rdt, c, pos)
         cw = _is_complex(xp, w.dtype)
         onesided = c["onesided"]
         if onesided is None:
@@ -675,3 +678,34 @@ class ISTFT(_STFTBase):
         if unbatched:
             y = y[0, ...]
         return y
+
+
+@register("aten::istft")
+class AtenISTFT(ISTFT):
+    """``torch.istft`` as pnnx leaves it when ``length`` follows an input's size: ``aten::istft
+    (self, n_fft, hop_length, win_length, window, center, normalized, onesided, length,
+    return_complex)``, every argument an operand (constants or computed sizes)."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 10:
+            raise LayerParameterError(f"{op.where}: expected 10 inputs (self, n_fft, hop_length, win_length, "
+                                      f"window, center, normalized, onesided, length, return_complex), found "
+                                      f"{len(op.inputs)}")
+        return cls(ctx, {}, {"input": 0, "window": 4}, op.where)
+
+    def forward(self, x: Any, n_fft: Any, hop: Any, win: Any, window: Any, center: Any, normalized: Any,
+                onesided: Any, length: Any, return_complex: Any) -> Any:
+        who = self.where
+        n_fft = to_int(n_fft, f"{who}: n_fft")
+        hop = n_fft // 4 if hop is None else to_int(hop, f"{who}: hop_length")
+        win = n_fft if win is None else to_int(win, f"{who}: win_length")
+        length = None if length is None else to_int(length, f"{who}: length")
+        if n_fft < 1 or hop < 1 or not 0 < win <= n_fft or (length is not None and length < 0):
+            raise ShapeError(f"{who}: invalid istft arguments n_fft={n_fft}, hop_length={hop}, "
+                             f"win_length={win}, length={length}")
+        cfg = {"n_fft": n_fft, "hop": hop, "win": win, "length": length,
+               "center": True if center is None else bool(center), "normalized": bool(normalized),
+               "onesided": None if onesided is None else bool(onesided), "return_complex": bool(return_complex)}
+        pos = {"input": 0} if window is None else {"input": 0, "window": 4}
+        return self._istft((x, n_fft, hop, win, window), cfg, pos)
