@@ -119,6 +119,10 @@ CASES = {
              (_t([[1, 2, 5], [3, 4, 2]]), _t([2, 3, 7, 3]), _t([2.0, 2.5, float("nan"), -1.0])), {"aten::isin"}),
     "histc": (Fn(lambda x, y: (torch.histc(x, bins=5), torch.histc(x, bins=4, min=-1, max=1), torch.histc(y, 3))),
               (_r(50), _r(4, 6, seed=1, dtype=torch.float64)), {"aten::histc"}),
+    # values on a 0.1 grid, many on a bin edge: torch divides, it does not search the edges
+    "histc_grid_values": (Fn(lambda x: (torch.histc(x, bins=60, min=-3, max=3), torch.histc(x, bins=10, min=-3, max=3),
+                                        torch.histc(x.double(), bins=30, min=-3, max=3), torch.histc(x, bins=7))),
+                          (torch.round(_r(8, 64) * 10) / 10,), {"aten::histc"}),
 }
 
 

@@ -883,13 +883,12 @@ class Histc(_Named):
             lo, hi = lo - 1.0, hi + 1.0
         dt = x.dtype
         lo_a, hi_a = xp.asarray(lo, dtype=dt, device=dev), xp.asarray(hi, dtype=dt, device=dev)
-        # bin edges as torch.linspace makes them (from both ends), then edges[i] <= x < edges[i+1]
-        i = xp.arange(nb + 1, dtype=dt, device=dev)
-        step = (hi_a - lo_a) / nb
-        edges = xp.where(i < (nb + 1) / 2, lo_a + i * step, hi_a - (nb - i) * step)
         keep = (v >= lo_a) & (v <= hi_a)
-        b = xp.searchsorted(edges, v, side="right") - 1
-        b = xp.where(v == hi_a, nb - 1, xp.clip(b, 0, nb - 1))
+        # torch's histc kernel: the bin by division in x's dtype, truncated, (x - min) * bins /
+        # (max - min), max itself in the last bin; no search of the edges (torch.histogram's rule),
+        # which puts values on a bin edge (a 0.1 grid) one bin off now and then
+        scaled = (xp.where(keep, v, lo_a) - lo_a) * xp.asarray(nb, dtype=dt, device=dev) / (hi_a - lo_a)
+        b = xp.clip(xp.astype(scaled, xp.int64), 0, nb - 1)
         b = xp.where(keep, b, nb)  # out of range / NaN: an extra bin, dropped
         b = xp.sort(b)
         q = xp.arange(nb, dtype=b.dtype, device=dev)
