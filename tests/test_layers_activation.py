@@ -196,6 +196,26 @@ def test_clamp_with_tensor_bounds(backend):
     check(run(backend, layer, x, lo), expected, what="clamp(x, min=tensor)")
 
 
+def test_clamp_with_a_size_as_bound(model_backend, tmp_path):
+    """``torch.clamp(x, max=x.shape[0])``: pnnx passes the size an expression computes (a Python
+    number, not a tensor) as the ``$max`` operand."""
+    from helpers import export_torch, run_graph
+
+    class ClampBySize(torch.nn.Module):
+        def forward(self, x, ids):
+            return torch.clamp(x, max=x.shape[0]), torch.clamp(ids, min=ids.shape[1] - 3, max=ids.shape[1])
+
+    gen = torch.Generator().manual_seed(0)
+    ins = [(torch.randn(b, 8, generator=gen) * 3, torch.randint(-4, 12, (b, 6), generator=gen)) for b in (1, 3)]
+    param = export_torch(ClampBySize(), ins[0], tmp_path, inputs2=ins[1])
+    assert "$max" in param.read_text()
+    for x, ids in ins:
+        with torch.no_grad():
+            want = ClampBySize()(x, ids)
+        for got, e in zip(run_graph(param, model_backend, [x, ids]), want):
+            check(got, e.numpy(), rtol=0, what="clamp by a size")
+
+
 def test_clamp_with_infinite_bounds(backend):
     # pnnx writes float('inf') as a bare word (max=inf), -inf as a number
     x = np.array([[-np.inf, -1.5, 0.0], [2.5, np.inf, np.nan]], np.float32)

@@ -222,10 +222,17 @@ class Clamp(_Unary):
             y = self._fast_clamp(x, lo, hi) if self._fast_clamp is not None else None
             x = xp.clip(x, min=lo, max=hi) if y is None else y
         if self.min_slot is not None:
-            x = xp.maximum(x, xp.astype(bounds[self.min_slot - 1], x.dtype))
+            x = xp.maximum(x, self._bound_array(bounds[self.min_slot - 1], x))
         if self.max_slot is not None:
-            x = xp.minimum(x, xp.astype(bounds[self.max_slot - 1], x.dtype))
+            x = xp.minimum(x, self._bound_array(bounds[self.max_slot - 1], x))
         return x
+
+    def _bound_array(self, b: Any, x: Any) -> Any:
+        """A bound operand in x's dtype: a tensor, or a Python number (``max=x.shape[0]``: pnnx
+        passes the size an expression computes)."""
+        if hasattr(b, "dtype"):
+            return self.xp.astype(b, x.dtype)
+        return self.xp.asarray(b, dtype=x.dtype, device=self.device)
 
 
 @register("nn.LeakyReLU", "F.leaky_relu", "nn.RReLU", "F.rrelu")
