@@ -138,6 +138,12 @@ CASES = {
     "meshgrid": (
         Fn(lambda s, a, b, c: (*torch.meshgrid(a, b, indexing="ij"), *torch.meshgrid(a, b, c, indexing="xy"))),
         (_r(3), _r(4, seed=1), _r(2, seed=2)), {"aten::meshgrid", "prim::ListUnpack"}),
+    "broadcast_tensors": (
+        Fn(lambda s, x, y, i: (*torch.broadcast_tensors(x, y.exp(), i), sum(torch.broadcast_tensors(y, x[:1])))),
+        (_r(2, 1, 4), _r(3, 1), _i(4)), {"aten::broadcast_tensors", "prim::ListUnpack"}),
+    "normal_log_prob": (  # torch.distributions broadcasts its parameters and the value
+        Fn(lambda s, mu, v: torch.distributions.Normal(mu, v[:, :1].exp()).log_prob(v)),
+        (_r(2, 5), _r(2, 5, seed=1)), {"aten::broadcast_tensors"}),
 }
 
 

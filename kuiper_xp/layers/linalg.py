@@ -573,6 +573,26 @@ class MeshGrid(_LinalgLayer):
         return _grids(self.xp, arrays, indexing == "xy")
 
 
+@register("aten::broadcast_tensors")
+class BroadcastTensors(_LinalgLayer):
+    """``torch.broadcast_tensors(*tensors)`` (what ``torch.distributions.Normal(mu,
+    sigma).log_prob`` leaves): each tensor broadcast to the common shape, dtypes kept; the one
+    output is the list, unpacked by a following ``prim::ListUnpack``."""
+
+    def forward(self, items: Any) -> list[Any]:
+        arrays = self._items(items)
+        shapes = [tuple(a.shape) for a in arrays]
+        nd = max((len(sh) for sh in shapes), default=0)
+        shape = []
+        for d in range(nd):
+            sizes = {sh[len(sh) - nd + d] for sh in shapes if len(sh) - nd + d >= 0} - {1}
+            if len(sizes) > 1:
+                raise ShapeError(f"{self.who}: shapes {shapes} do not broadcast (dim {d - nd}: sizes "
+                                 f"{sorted(sizes)})")
+            shape.append(sizes.pop() if sizes else 1)
+        return [a if tuple(a.shape) == tuple(shape) else self.xp.broadcast_to(a, tuple(shape)) for a in arrays]
+
+
 @register("aten::cartesian_prod")
 class CartesianProd(_ListLayer):
     """``torch.cartesian_prod``: every combination of the vectors' items, one per row
