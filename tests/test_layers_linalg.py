@@ -141,6 +141,11 @@ CASES = {
     "broadcast_tensors": (
         Fn(lambda s, x, y, i: (*torch.broadcast_tensors(x, y.exp(), i), sum(torch.broadcast_tensors(y, x[:1])))),
         (_r(2, 1, 4), _r(3, 1), _i(4)), {"aten::broadcast_tensors", "prim::ListUnpack"}),
+    "tri_indices_of_a_size": (  # DLRM's interaction: the pairs below the diagonal, sized by the input
+        Fn(lambda s, t: (t[:, torch.tril_indices(t.shape[1], t.shape[1], offset=-1)[0],
+                           torch.tril_indices(t.shape[1], t.shape[1], offset=-1)[1]],
+                         torch.triu_indices(t.shape[1], t.shape[2] + 1, 1) * 2)),
+        (_r(1, 5, 4),), {"aten::tril_indices", "aten::triu_indices"}, (_r(2, 7, 6),)),
     "normal_log_prob": (  # torch.distributions broadcasts its parameters and the value
         Fn(lambda s, mu, v: torch.distributions.Normal(mu, v[:, :1].exp()).log_prob(v)),
         (_r(2, 5), _r(2, 5, seed=1)), {"aten::broadcast_tensors"}),
@@ -158,17 +163,18 @@ def _load(param, backend):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_matches_torch(name, backend, exported):
-    module, inputs, _ = CASES[name]
+    module, inputs, _, *more = CASES[name]  # (more: the inputs of another size, for a dynamic export)
     param = exported(name)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        want = module.eval()(*inputs)
-    want = want if isinstance(want, tuple) else (want,)
     g = _load(param, backend)
-    got = g(*[t2n(t) for t in inputs])
-    assert len(got) == len(want)
-    for k, (a, e) in enumerate(zip(got, want)):
-        assert_close(backend.to_numpy(a), t2n(e), rtol=1e-5, what=f"{name} output {k}")
+    for ins in [inputs, *more]:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            want = module.eval()(*ins)
+        want = want if isinstance(want, tuple) else (want,)
+        got = g(*[t2n(t) for t in ins])
+        assert len(got) == len(want)
+        for k, (a, e) in enumerate(zip(got, want)):
+            assert_close(backend.to_numpy(a), t2n(e), rtol=1e-5, what=f"{name} output {k}")
 
 
 # ---- meshgrid: its layer directly (the export needs string expressions) ----------------------

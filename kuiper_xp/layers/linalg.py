@@ -45,7 +45,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
-from .misc import input_slots, is_float, promote
+from .misc import input_slots, is_float, output_dtype, promote
 from .registry import register
 from .shape import norm_dim, runtime_int, runtime_ints
 
@@ -591,6 +591,37 @@ class BroadcastTensors(_LinalgLayer):
                                  f"{sorted(sizes)})")
             shape.append(sizes.pop() if sizes else 1)
         return [a if tuple(a.shape) == tuple(shape) else self.xp.broadcast_to(a, tuple(shape)) for a in arrays]
+
+
+@register("aten::tril_indices", "aten::triu_indices")
+class TriIndices(_LinalgLayer):
+    """``torch.tril_indices(row, col, offset)`` / ``triu_indices`` as pnnx keeps them when the
+    sizes come from an input's shape: ``(self_row, col, offset, dtype, layout, device,
+    pin_memory)``; a (2, n) array of the (row, column) pairs on or below (above) the diagonal
+    ``offset``, in row-major order."""
+
+    def __init__(self, ctx: BuildContext, upper: bool, dtype: Any):
+        super().__init__(ctx)
+        self.upper, self.dtype = upper, dtype
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) != 7:
+            raise LayerParameterError(f"{op.where}: expected 7 inputs (row, col, offset, dtype, layout, device, "
+                                      f"pin_memory), found {len(op.inputs)}")
+        return cls(ctx, op.type == "aten::triu_indices", output_dtype(op, ctx.xp) or ctx.xp.int64)
+
+    def forward(self, row: Any, col: Any, offset: Any = 0, *_: Any) -> Any:
+        xp = self.xp
+        n_row, n_col = runtime_int(row, self.who, "row"), runtime_int(col, self.who, "col")
+        k = runtime_int(offset, self.who, "offset")
+        if n_row < 0 or n_col < 0:
+            raise ShapeError(f"{self.who}: row ({n_row}) and col ({n_col}) must be non-negative")
+        r = xp.reshape(xp.arange(n_row, dtype=xp.int64, device=self.device), (n_row, 1))
+        c = xp.reshape(xp.arange(n_col, dtype=xp.int64, device=self.device), (1, n_col))
+        keep = (c - r >= k) if self.upper else (c - r <= k)
+        rows, cols = xp.nonzero(keep)
+        return xp.astype(xp.stack([rows, cols]), self.dtype)
 
 
 @register("aten::cartesian_prod")
