@@ -270,6 +270,16 @@ def test_softmax_family(backend, op_type, fn, dim):
                  what=f"{op_type} dim={dim}")
 
 
+def test_softmax_over_an_empty_axis(backend):
+    """Batch 0 normalised over the batch axis: torch gives an empty result (a max over the empty
+    axis raised)."""
+    x = np.zeros((0, 3), np.float32)
+    for op_type, fn in (("F.softmax", F.softmax), ("F.log_softmax", F.log_softmax), ("nn.Softmin", F.softmin)):
+        for dim in (0, 1):
+            layer = make_layer(backend, op_type, f"dim={dim}")
+            check(run(backend, layer, x), torch_ref(lambda t, fn=fn, d=dim: fn(t, dim=d), x), what=op_type)
+
+
 def test_softmax_special_values_and_huge_logits(backend):
     x = np.array([[np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf], [-np.inf, 1.0, 0.0],
                   [np.nan, 1.0, 2.0], [1000.0, 1001.0, -1000.0], [-1e4, -1e4 + 1, -1e4 + 2]], np.float32)

@@ -148,6 +148,16 @@ def test_argmax_argmin(backend, op_type, params, kw):
                  what=f"{op_type} {params}")
 
 
+def test_logsumexp_over_an_empty_axis(backend):
+    """An empty sum: -inf, as torch (a max over the empty axis raised); empty where the reduced
+    axes are not the empty ones."""
+    x = np.zeros((0, 3), np.float32)
+    for params, fn in (("dim=(0) keepdim=False", lambda t: torch.logsumexp(t, 0)),
+                       ("dim=(0) keepdim=True", lambda t: torch.logsumexp(t, 0, keepdim=True)),
+                       ("dim=(1) keepdim=False", lambda t: torch.logsumexp(t, 1))):
+        check(run(backend, make_layer(backend, "torch.logsumexp", params), x), ref(fn, x), what=params)
+
+
 def test_nan_and_inf_propagate(backend):
     x = XF.copy()
     x[0, 0, 0, 0] = np.nan

@@ -565,6 +565,8 @@ class Softmax(_Unary):
                              f"of shape {tuple(x.shape)}")
         if x.ndim == 0:
             return xp.zeros_like(x) if self.log else xp.ones_like(x)
+        if math.prod(x.shape) == 0:  # (nothing to normalise: a max over an empty axis raises)
+            return xp.empty_like(x)
         if self._fast_softmax is not None and d % x.ndim == x.ndim - 1:
             y = self._fast_softmax(x)
             if y is not None:

@@ -10,6 +10,7 @@ dtype annotation in the file says what torch produced, and it is honoured.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -252,8 +253,11 @@ class LogSumExp(_Reduce):
         if not _is_float(xp, x.dtype):
             x = xp.astype(x, xp.float32)
         axes = self.axes(x.ndim)
-        m = xp.max(x, axis=axes, keepdims=True)
-        m = xp.where(xp.isfinite(m), m, xp.zeros((), dtype=x.dtype, device=self.device))
+        if math.prod(x.shape) == 0:  # (an empty sum: -inf, as torch; a max over an empty axis raises)
+            m = xp.zeros((), dtype=x.dtype, device=self.device)
+        else:
+            m = xp.max(x, axis=axes, keepdims=True)
+            m = xp.where(xp.isfinite(m), m, xp.zeros((), dtype=x.dtype, device=self.device))
         s = xp.sum(xp.exp(x - m), axis=axes, keepdims=True)
         out = xp.log(s) + m
         if not self.keepdim:
