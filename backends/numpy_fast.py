@@ -3020,6 +3020,25 @@ ATTENTION_BLOCK_BYTES = 1 << 20
 SOFTMAX_NO_SHIFT = 80.0
 
 
+# -- segments --------------------------------------------------------------------------------------
+def segment_sum(rows: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+    """``out[b] = rows[starts[b]:ends[b]].sum(0)`` (zeros for an empty segment) for segments
+    that follow each other (non-decreasing starts, each ending where the next begins), summed
+    in order as torch's embedding_bag does: one ``np.add.reduceat``; None for other layouts."""
+    if rows.ndim != 2 or starts.ndim != 1 or starts.shape != ends.shape:
+        return None
+    n = starts.shape[0]
+    out = np.zeros((n, rows.shape[1]), rows.dtype)
+    if n == 0 or rows.shape[0] == 0:
+        return out
+    if np.any(starts[1:] < starts[:-1]) or np.any(ends[:-1] != starts[1:]) or ends[-1] != rows.shape[0]:
+        return None
+    full = ends > starts
+    if full.any():
+        out[full] = np.add.reduceat(rows, starts[full], axis=0)
+    return out
+
+
 # -- concatenation ---------------------------------------------------------------------------------
 def set_destination(a: np.ndarray | None) -> None:
     """Name the array the next output of ``a``'s shape and dtype that this thread asks for

@@ -370,3 +370,28 @@ def test_grid_sample_non_finite_coordinates(backend, mode, pad, align):
     finite = np.isfinite(want)
     assert np.array_equal(finite, np.isfinite(got)), (got, want)
     assert_close(got[finite], want[finite], rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_embedding_bag_segments_match_torch(backend, mode, padding_idx):
+    """Bags of uneven lengths (empty ones, repeated offsets, a last bag to the end), ties and a
+    NaN row for max, 600 bags: every result of torch's ``embedding_bag`` (the max rows' indices
+    too)."""
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(12, 5, generator=gen)
+    weight[7] = weight[2]  # ties
+    weight[9, 1] = float("nan")
+    lengths = torch.randint(0, 5, (600,), generator=gen)
+    lengths[:3] = torch.tensor([0, 0, 9])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)[:-1]])
+    ids = torch.randint(0, 12, (int(lengths.sum()),), generator=gen)
+    want = torch.ops.aten._embedding_bag_forward_only(weight, ids, offsets, False, mode, False, None, False,
+                                                      -1 if padding_idx is None else padding_idx)
+    layer = make_layer(backend, "aten::embedding_bag eb 9 4 0 1 2 3 4 5 6 7 8 9 10 11 12", 9)
+    layer.n_out = 4
+    got = layer(backend.asarray(t2n(weight)), backend.asarray(t2n(ids)), backend.asarray(t2n(offsets)), False,
+                mode, False, None, None, padding_idx)
+    names = ("output", "offset2bag", "bag_size", "max_indices")
+    for k in range(4):
+        assert_close(backend.to_numpy(got[k]), t2n(want[k]), rtol=1e-5, what=names[k])
