@@ -73,6 +73,10 @@ CASES = {
                      (_r(2, 4, 12, 8), _r(2, 4, 12, 8, seed=1)), {"aten::scatter", "torch.topk"}),
     "cosine": (Fn(lambda s, a, b: F.cosine_similarity(a, b, dim=1)), (_r(3, 8, 2), _r(3, 8, 1, seed=1)),
                {"aten::cosine_similarity"}),
+    # torch divides by each norm first: a norm that overflows gives 0, tiny vectors keep their size
+    "cosine_extreme_scales": (Fn(lambda s, a, b: (F.cosine_similarity(a * 1e20, b.flip(1) * 1e20, dim=1),
+                                                  F.cosine_similarity(a * 1e-25, b * 1e-25, dim=1) * 1e33)),
+                              (_r(3, 8), _r(3, 8, seed=1)), {"aten::cosine_similarity"}),
     "pairwise": (Fn(lambda s, a, b: F.pairwise_distance(a, b, p=3.0, keepdim=True)), (_r(3, 8), _r(3, 8, seed=1)),
                  {"F.pairwise_distance"}),
     "cdist": (Fn(lambda s, a, b: torch.cdist(a, b)), (_r(2, 5, 4), _r(2, 6, 4, seed=1)), {"aten::cdist"}),

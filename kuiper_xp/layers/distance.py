@@ -76,9 +76,11 @@ class CosineSimilarity(Layer):
         dim, eps = int(_number(dim, self.where, "dim")), _number(eps, self.where, "eps")
         if a.ndim == 0 or not -a.ndim <= dim < a.ndim:
             raise ShapeError(f"{self.where}: dim {dim} is out of range for inputs of shape {tuple(a.shape)}")
-        na = xp.clip(xp.sqrt(xp.sum(a * a, axis=dim)), min=eps)
-        nb = xp.clip(xp.sqrt(xp.sum(b * b, axis=dim)), min=eps)
-        return xp.sum(a * b, axis=dim) / (na * nb)
+        # torch's order: each input over its clamped norm, then the sum of the products (a
+        # norm that overflows gives 0, not inf / inf; tiny inputs keep their size)
+        na = xp.clip(xp.sqrt(xp.sum(a * a, axis=dim, keepdims=True)), min=eps)
+        nb = xp.clip(xp.sqrt(xp.sum(b * b, axis=dim, keepdims=True)), min=eps)
+        return xp.sum((a / na) * (b / nb), axis=dim)
 
 
 @register("F.pairwise_distance")
