@@ -96,6 +96,16 @@ def test_dangling_input_operand(tmp_path):
     _err_at(e.value, p, 4)
 
 
+def test_an_input_of_a_dtype_the_backend_lacks_is_refused_at_load(tmp_path):
+    """pnnx exports ``torch.randn(1, 4).bfloat16()`` inputs; NumPy has no bfloat16: a clear
+    error at load, not a ValueError from inside numpy at the first call."""
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0 #0=(?,4)bf16", "nn.ReLU r 1 1 0 1 #0=(?,4)bf16 #1=(?,4)bf16",
+                               "pnnx.Output out 1 0 1"])
+    with pytest.raises(GraphError, match=r"input 0 \(0\) is declared bfloat16, a dtype backend numpy does not "
+                                         r"have; export the model with float32 inputs"):
+        load(p)
+
+
 def test_dead_branch_is_pruned_and_the_rest_runs(tmp_path):
     p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "nn.Sigmoid unused 1 1 0 2",
                                "pnnx.Output out 1 0 1"])

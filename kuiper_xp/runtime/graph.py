@@ -290,6 +290,10 @@ class Graph:
         self._input_ids = [slots[o.name] for o in self._input_operands]
         self._output_ids = [slots[o.name] for o in output_operands]
         self.inputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in self._input_operands]
+        for k, spec in enumerate(self.inputs):
+            if spec.dtype is not None and not hasattr(self.xp, spec.dtype):
+                raise GraphError(f"input {k} ({spec.name}) is declared {spec.dtype}, a dtype backend "
+                                 f"{self.backend.name} does not have; export the model with float32 inputs")
         dd_names = _data_dependent_operands(compute)
         self._data_dependent = {slots[n] for n in dd_names}
         self.outputs = [TensorSpec(o.name, _unknown_dims(o.shape) if o.name in dd_names else o.shape, o.array_dtype)
@@ -555,7 +559,8 @@ class Graph:
         any conversion, so a wrong input never reaches the array library."""
         spec = self.inputs[k]
         be = self.backend
-        if hasattr(x, "data") and type(x).__name__ == "Tensor" and hasattr(x, "backend"):
+        if type(x).__name__ == "Tensor" and hasattr(x, "backend") and hasattr(x, "data"):
+            # (in this order: ``ndarray.data`` of an ml_dtypes array raises ValueError)
             x = x.data
         lib = type(x).__module__.split(".")[0]
         is_numpy = lib == "numpy" and hasattr(x, "dtype") and hasattr(x, "shape")
