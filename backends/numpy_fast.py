@@ -4146,6 +4146,11 @@ def scatter(x, index, src, axis: int):
     return out
 
 
+#: :func:`topk` leaves arrays of fewer elements to the caller's sort (one row of 1000, k=50:
+#: 25 us sorted, 68 us through the partition; 4000: 205 against 91)
+TOPK_MIN_ELEMENTS = 2048
+
+
 def topk(x, k: int, axis: int, largest: bool):
     """``torch.topk`` of the numpy array ``x`` along ``axis`` as the layer's stable sort gives it
     (ties: lower index first), without sorting whole rows: a partition finds each row's k-th
@@ -4156,7 +4161,7 @@ def topk(x, k: int, axis: int, largest: bool):
     if type(x) is not np.ndarray or x.dtype.kind not in "fiu" or x.ndim == 0 or not 0 <= axis < x.ndim:
         return None
     n = x.shape[axis]
-    if n < 32 or k <= 0 or 4 * k > n or x.size == 0:
+    if n < 32 or k <= 0 or 4 * k > n or x.size < TOPK_MIN_ELEMENTS:
         return None
     if x.dtype.kind == "f" and np.isnan(x).any():
         return None

@@ -318,8 +318,9 @@ def test_topk(backend, tmp_path, k, dim, largest):
 
 
 @pytest.mark.parametrize("shape,k,dim,largest,dtype", [
-    ((3, 70, 5), 8, 1, True, np.float32), ((4, 90), 20, -1, False, np.float64), ((2, 64), 16, 1, True, np.int64),
-    ((40, 3), 10, 0, False, np.int32), ((2, 3, 48), 1, 2, True, np.float32), ((2, 300), 75, 1, True, np.float32),
+    ((3, 70, 10), 8, 1, True, np.float32), ((24, 90), 20, -1, False, np.float64), ((32, 64), 16, 1, True, np.int64),
+    ((40, 60), 10, 0, False, np.int32), ((2, 3, 400), 1, 2, True, np.float32), ((8, 300), 75, 1, True, np.float32),
+    ((1, 1000), 50, 1, True, np.float32),  # (small: the sort)
 ])
 def test_topk_with_ties_matches_torch_and_the_sort(backend, shape, k, dim, largest, dtype):
     """Rows long enough for numpy's partition path (short rows, k over a quarter of the row and
@@ -331,6 +332,9 @@ def test_topk_with_ties_matches_torch_and_the_sort(backend, shape, k, dim, large
         x.reshape(-1)[:4] = [0.0, -0.0, -0.0, 0.0]
     layer = make_layer(backend, f"torch.topk op 1 2 0 1 2 dim={dim} k={k} largest={largest} sorted=True")
     v, i = (backend.to_numpy(a) for a in layer(backend.asarray(x)))
+    if backend.name == "numpy":
+        from kuiper_xp.backends import numpy_fast as nf
+        assert (nf.topk(x, k, dim % x.ndim, largest) is None) == (x.size < nf.TOPK_MIN_ELEMENTS)
     tv, _ = torch.topk(torch.from_numpy(x), k, dim=dim, largest=largest)
     np.testing.assert_array_equal(v, t2n(tv))
     assert i.dtype == np.int64
