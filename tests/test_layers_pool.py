@@ -273,10 +273,12 @@ def test_max_pool_nan_propagates(backend, tmp_path):
 ], ids=["max2d", "max1d", "adaptive2d-equal", "adaptive2d", "max3d", "adaptive3d"])
 def test_max_pool_indices_of_nan_windows(backend, tmp_path, op, params, shape, call):
     """Windows holding several NaNs: torch's pooling kernels report the last NaN (they scan with
-    ``val > max || isnan(val)``), where argmax would give the first."""
+    ``val > max || isnan(val)`` from -inf), where argmax would give the first; a window of -inf
+    only (padding beside it) reports its first real element, not a padded place."""
     x = rnd(*shape)
     flat = x.reshape(-1)
     flat[np.random.default_rng(0).choice(flat.size, flat.size // 6, replace=False)] = np.nan
+    x[1, 2] = -np.inf  # windows of -inf only: torch's index is the window's first real element
     y, idx = call(t(x))
     assert np.isnan(y.numpy()).any()
     run_op(backend, tmp_path, op, params, [x], [y.numpy(), idx.numpy()])

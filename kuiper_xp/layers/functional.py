@@ -212,14 +212,27 @@ def max_pool2d(x: Any, kernel, stride, padding=(0, 0), dilation=(1, 1), ceil_mod
         for t in taps[1:]:
             y = xp.maximum(y, t)
         return y
+    # torch's scan: from -inf (the first real element's index), a tap replaces the maximum when
+    # greater or NaN; one pass per tap (stacking the taps for an argmax took 2x torch's time)
     h, w = x.shape[-2:]
-    rows = [[(oh * stride[0] - padding[0] + i * dilation[0]) for oh in range(out[0])]
-            for i in range(kernel[0])]
-    cols = [[(ow * stride[1] - padding[1] + j * dilation[1]) for ow in range(out[1])]
-            for j in range(kernel[1])]
-    table = [[[r * w + c for c in cols[j]] for r in rows[i]]
-             for i in range(kernel[0]) for j in range(kernel[1])]
-    return _max_with_indices(taps, table, out, xp=xp)
+    dev = x.device
+    start_r = xp.arange(out[0], dtype=xp.int64, device=dev) * stride[0] - padding[0]
+    start_c = xp.arange(out[1], dtype=xp.int64, device=dev) * stride[1] - padding[1]
+    idx = xp.reshape(xp.clip(start_r, 0, None), (-1, 1)) * w + xp.reshape(xp.clip(start_c, 0, None), (1, -1))
+    idx = xp.broadcast_to(idx, tuple(taps[0].shape))
+    best = xp.full(tuple(taps[0].shape), lowest(x.dtype, xp=xp), dtype=x.dtype, device=dev)
+    nan = xp.isdtype(x.dtype, "real floating") and bool(xp.any(xp.isnan(x)))
+    t = 0
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            v = taps[t]
+            t += 1
+            at = (xp.reshape(start_r + i * dilation[0], (-1, 1)) * w
+                  + xp.reshape(start_c + j * dilation[1], (1, -1)))
+            take = (v > best) | xp.isnan(v) if nan else v > best
+            best = xp.where(take, v, best)
+            idx = xp.where(take, at, idx)
+    return best, idx
 
 
 def window_argmax(r: Any, axis: int, *, xp: Any) -> Any:
