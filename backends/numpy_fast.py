@@ -4121,6 +4121,48 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
     return FusedExpression(steps, slots, n_tmp[0], sorted(used))
 
 
+def grid_sample_bilinear(x, grid, padding: str, align: bool) -> np.ndarray | None:
+    """``F.grid_sample(x, grid, mode="bilinear")`` with ``zeros`` or ``border`` padding for
+    float numpy arrays: the generic layer's arithmetic in the same order (the same values), in
+    fewer, plain numpy calls: the in-bounds tests and clipped coordinates per axis, not per
+    corner (the generic form's ~80 calls through the Array API wrapper were 40x torch's time on
+    a (16, 32, 32) map sampled at 256 points). None where it does not apply."""
+    if (type(x) is not np.ndarray or type(grid) is not np.ndarray or x.dtype not in (np.float32, np.float64)
+            or padding not in ("zeros", "border") or x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2
+            or grid.shape[0] != x.shape[0]):
+        return None
+    n, c, h, w = x.shape
+    ho, wo = grid.shape[1], grid.shape[2]
+    g = grid if grid.dtype == x.dtype else grid.astype(x.dtype)
+
+    def source(gc, size):
+        u = (gc.reshape(n, ho * wo) + 1) / 2 * (size - 1) if align else ((gc.reshape(n, ho * wo) + 1) * size - 1) / 2
+        if padding == "border":
+            u = np.clip(u, 0, size - 1)
+            u[np.isnan(u)] = 0  # (a NaN coordinate reads the first pixel, as torch's does)
+        return u
+
+    with _silent():
+        ix, iy = source(g[..., 0], w), source(g[..., 1], h)
+        x0, y0 = np.floor(ix), np.floor(iy)
+        fx, fy = ix - x0, iy - y0
+        ex, ey = 1 - fx, 1 - fy
+        x1, y1 = x0 + 1, y0 + 1
+        axes = []
+        for v, size in ((x0, w), (x1, w), (y0, h), (y1, h)):
+            ok = (v >= 0) & (v <= size - 1)  # (False for NaN)
+            axes.append((ok, np.clip(v, 0, size - 1)))
+        (okx0, cx0), (okx1, cx1), (oky0, cy0), (oky1, cy1) = axes
+        taps = []
+        for (oky, cy), (okx, cx), wt in (((oky0, cy0), (okx0, cx0), ey * ex), ((oky0, cy0), (okx1, cx1), ey * fx),
+                                         ((oky1, cy1), (okx0, cx0), fy * ex), ((oky1, cy1), (okx1, cx1), fy * fx)):
+            ok = oky & okx
+            idx = np.where(ok, cy * w + cx, 0).astype(np.int64)
+            taps.append((idx, ok.astype(x.dtype) * wt))  # (0 * NaN: NaN, as torch)
+        y = gather_taps(x.reshape(n, c, h * w), taps)
+    return None if y is None else y.reshape(n, c, ho, wo)
+
+
 def gather_taps(flat, taps) -> np.ndarray | None:
     """``sum_t flat[n, :, idx_t[n]] * w_t[n]`` for ``flat`` (N, C, P) and taps of (N, L) int64
     indices and (N, L) weights (grid_sample's 1, 4 or 16 reads): per image, one ``np.take``

@@ -338,3 +338,28 @@ def test_interpolate_antialias_matches_torch(model_backend, tmp_path):
     text = param.read_text()
     assert "aten::_upsample_bilinear2d_aa" in text and "aten::_upsample_bicubic2d_aa" in text
     compare_graph(param, model_backend, Antialias(), (x,))
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_bilinear_fast_path_equals_the_generic_one(padding, align):
+    """numpy's bilinear fast path does the generic layer's arithmetic in the same order: the
+    same values bit for bit (NaN and infinite coordinates, points outside, float64 grids)."""
+    from kuiper_xp.backends import get_backend
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3, 5, 9, 11)).astype(np.float32)
+    grid = (rng.random((3, 7, 6, 2)) * 2.6 - 1.3).astype(np.float64)
+    grid[0, 0, :3, 0] = np.nan
+    grid[1, 2, 1] = [np.inf, -np.inf]
+    grid[2, 3, :] = [-1.0, 1.0]  # the corners exactly
+    line = (f"F.grid_sample gs 2 1 0 1 2 align_corners={align} mode=bilinear padding_mode={padding} "
+            f"$input=0 $grid=1")
+    fast = get_backend("numpy")
+    assert fast.fast.grid_sample_bilinear(x, grid, padding, align) is not None
+    got = fast.to_numpy(make_layer(fast, line, 2)(x, grid))
+    strict = get_backend("strict")
+    want = strict.to_numpy(make_layer(strict, line, 2)(strict.asarray(x), strict.asarray(grid)))
+    np.testing.assert_array_equal(got, want)
+    tw = F.grid_sample(torch.from_numpy(x), torch.from_numpy(grid.astype(np.float32)), "bilinear", padding, align)
+    assert np.array_equal(np.isnan(got), np.isnan(tw.numpy()))

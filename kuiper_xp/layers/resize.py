@@ -532,6 +532,11 @@ class GridSample(Layer):
         if x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != x.shape[0]:
             raise ShapeError(f"{self.where}: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), found "
                              f"{tuple(x.shape)} and {tuple(grid.shape)}")
+        if self.mode == "bilinear":
+            fast = getattr(self.backend.fast, "grid_sample_bilinear", None)
+            y = None if fast is None else fast(x, grid, self.padding, self.align)
+            if y is not None:
+                return y
         n, c, h, w = x.shape
         ho, wo = grid.shape[1], grid.shape[2]
         grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
