@@ -4249,6 +4249,35 @@ def topk(x, k: int, axis: int, largest: bool):
             np.moveaxis(cols.reshape(lead + (k,)), -1, axis))
 
 
+def cum_extreme(x, axis: int, is_max: bool):
+    """``torch.cummax`` / ``cummin`` of a numeric numpy array along ``axis``: the running extreme
+    by ``np.maximum/minimum.accumulate`` (NaN carries on, as torch's), and its index as the
+    running maximum of the positions where the element equals the running value or is NaN (a tie
+    takes the later index, a NaN the latest NaN: torch's rule). The generic scan took 5-9 ms
+    over (4, 20000), torch 0.07. None for other arrays (bool: the generic path)."""
+    if type(x) is not np.ndarray or x.dtype.kind not in "fiu" or x.ndim == 0 or not 0 <= axis < x.ndim:
+        return None
+    with _silent():
+        v = (np.maximum if is_max else np.minimum).accumulate(x, axis=axis)
+        shape = [1] * x.ndim
+        shape[axis] = x.shape[axis]
+        hit = x == v
+        if x.dtype.kind == "f":
+            hit |= np.isnan(x)
+        at = np.where(hit, np.arange(x.shape[axis], dtype=np.int64).reshape(shape), 0)
+        return v, np.maximum.accumulate(at, axis=axis)
+
+
+def logcumsumexp(x, axis: int):
+    """``torch.logcumsumexp`` of a float numpy array: ``np.logaddexp.accumulate`` in float64
+    (within an ulp of the exact result; the generic log-depth scan took 13 ms over (4, 20000),
+    torch 2.2). None for other arrays."""
+    if type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim == 0 or not 0 <= axis < x.ndim:
+        return None
+    with _silent():
+        return np.logaddexp.accumulate(x.astype(np.float64), axis=axis).astype(x.dtype)
+
+
 #: :func:`max_short_last` takes last axes of at most this many elements
 SHORT_AXIS_MAX = 16
 

@@ -116,6 +116,13 @@ CASES = {
     "cummax_cummin": (Fn(lambda s, x, i, y: (torch.cummax(x, 1), torch.cummin(x, -1), torch.cummax(i, 0),
                                              torch.cummin(i, 1), torch.cummax(y, 0), torch.cummin(y > 0, 1))),
                       (XT, XI, _r(5, 3, 4)), {"aten::cummax", "aten::cummin"}),
+    # long rows: many ties and NaNs (numpy's accumulate path), a long log-sum
+    "cummax_cummin_long": (Fn(lambda s, x, i: (torch.cummax(x, 1), torch.cummin(x, 0), torch.cummax(i, -1),
+                                               torch.logcumsumexp(x.nan_to_num(0.5) * 8, 1))),
+                           (torch.where(torch.rand(3, 400, generator=_g(7)) < 0.01, _NAN,
+                                        torch.round(torch.randn(3, 400, generator=_g(8)) * 2)),
+                            torch.randint(-9, 9, (2, 300), generator=_g(9))),
+                           {"aten::cummax", "aten::cummin", "aten::logcumsumexp"}),
     "mode": (Fn(lambda s, x, y: (torch.mode(x, 1), torch.mode(x, 0, keepdim=True), torch.mode(y, -1))),
              (XM, torch.tensor([[3., 1., 3., 1.], [2., 0.5, 0.5, 2.], [9., 9., 9., 1.]])), {"aten::mode"}),
     "nansum_nanmean": (Fn(lambda s, x, i: (torch.nansum(x), torch.nansum(x, 1), torch.nansum(x, (0, 2), keepdim=True),

@@ -859,6 +859,10 @@ class LogCumSumExp(_AtenArgs):
         axis = _one_axis(dim, x.ndim, self.who)
         if x.ndim == 0:
             return x
+        fast = getattr(self.backend.fast, "logcumsumexp", None)
+        y = None if fast is None else fast(x, axis % x.ndim)
+        if y is not None:
+            return y
         (y,) = _scan(xp, (_last(xp, x, axis),), lambda a, b: (xp.logaddexp(a[0], b[0]),))
         return y if axis == x.ndim - 1 else xp.moveaxis(y, -1, axis)
 
@@ -876,6 +880,10 @@ class CumMaxMin(_AtenArgs):
         axis = _one_axis(dim, x.ndim, self.who)
         if x.ndim == 0:
             return x, xp.zeros((), dtype=xp.int64, device=self.device)
+        fast = getattr(self.backend.fast, "cum_extreme", None)
+        got = None if fast is None else fast(x, axis % x.ndim, self.op_type.endswith("cummax"))
+        if got is not None:
+            return got
         xl = _last(xp, x, axis)
         v = xp.astype(xl, xp.int8) if x.dtype == xp.bool else xl
         idx = xp.broadcast_to(xp.arange(v.shape[-1], dtype=xp.int64, device=self.device), tuple(v.shape))
