@@ -4249,6 +4249,32 @@ def topk(x, k: int, axis: int, largest: bool):
             np.moveaxis(cols.reshape(lead + (k,)), -1, axis))
 
 
+#: :func:`sum_short_inner` takes a reduced axis followed by at most this many elements
+SHORT_INNER_MAX = 16
+
+
+def sum_short_inner(x, axes, keepdims: bool, mean: bool = False):
+    """``np.sum`` (or ``np.mean``) of a float numpy array over one axis followed by a few
+    elements (a (4, 256, 16, 3) sum over the 16: numpy's reduction steps through 3-element
+    inner loops, 214 us; einsum's product-free form 45, torch 22). None where it does not
+    apply."""
+    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or axes is None
+            or len(axes) != 1 or not x.flags.c_contiguous):
+        return None
+    a = axes[0]
+    if not 0 <= a < x.ndim - 1:
+        return None
+    k = x.shape[a]
+    inner = math.prod(x.shape[a + 1:])
+    if k < 2 or inner > SHORT_INNER_MAX:
+        return None
+    y = np.einsum("pkt->pt", x.reshape(math.prod(x.shape[:a]), k, inner))
+    if mean:
+        y /= k
+    shape = x.shape[:a] + ((1,) if keepdims else ()) + x.shape[a + 1:]
+    return y.reshape(shape)
+
+
 def cum_extreme(x, axis: int, is_max: bool):
     """``torch.cummax`` / ``cummin`` of a numeric numpy array along ``axis``: the running extreme
     by ``np.maximum/minimum.accumulate`` (NaN carries on, as torch's), and its index as the

@@ -334,3 +334,17 @@ def test_std_var_of_float32_extremes_as_torch(backend, op):
     assert_close(got[fin], want[fin], rtol=1e-6)
     if op == "torch.std":
         assert np.isfinite(got).all() and (got > 0).all()
+
+
+@pytest.mark.parametrize("shape,dim", [((4, 50, 16, 3), 2), ((2, 7, 5, 1, 2), 1), ((3, 40, 4), 1), ((6, 5, 3), 0)])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_and_mean_over_an_axis_before_a_short_one(backend, shape, dim, keepdim):
+    """A reduced axis followed by a few elements (numpy: einsum instead of a reduction stepping
+    through 3-element inner loops): torch's sums and means, NaN and inf included."""
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[[3, 17]] = [np.nan, np.inf]
+    if backend.name == "numpy":
+        assert backend.fast.sum_short_inner(x, (dim,), keepdim) is not None
+    for name, fn in (("sum", lambda t: t.sum(dim, keepdim=keepdim)), ("mean", lambda t: t.mean(dim, keepdim=keepdim))):
+        layer = make_layer(backend, f"torch.{name}", f"dim=({dim}) keepdim={keepdim}")
+        assert_close(backend.to_numpy(run(backend, layer, x)), ref(fn, x), rtol=1e-6, what=f"{name} {shape} {dim}")

@@ -74,7 +74,10 @@ class Mean(_Reduce):
                              f"input here; cast it first)")
         if x.dtype != dt:
             x = xp.astype(x, dt)
-        return xp.mean(x, axis=self.axes(x.ndim), keepdims=self.keepdim)
+        axes = self.axes(x.ndim)
+        fast = getattr(self.backend.fast, "sum_short_inner", None)
+        y = None if fast is None else fast(x, axes, self.keepdim, mean=True)
+        return xp.mean(x, axis=axes, keepdims=self.keepdim) if y is None else y
 
 
 def _no_bool(xp: Any, x: Any, dt: Any) -> Any:
@@ -87,7 +90,10 @@ class Sum(_Reduce):
     def forward(self, x: Any) -> Any:
         xp = self.xp
         dt = self._out_dtype(x, xp.int64)
-        return xp.sum(_no_bool(xp, x, dt), axis=self.axes(x.ndim), dtype=dt, keepdims=self.keepdim)
+        axes = self.axes(x.ndim)
+        fast = getattr(self.backend.fast, "sum_short_inner", None) if x.dtype == dt else None
+        y = None if fast is None else fast(x, axes, self.keepdim)
+        return xp.sum(_no_bool(xp, x, dt), axis=axes, dtype=dt, keepdims=self.keepdim) if y is None else y
 
 
 @register("torch.prod", "Tensor.prod")
