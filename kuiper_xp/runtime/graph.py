@@ -39,6 +39,8 @@ from .topo import topological_order
 
 __all__ = ["Graph", "GraphState", "TensorSpec", "RuntimeOperator", "LayerRuntimeError", "load"]
 
+_NUMPY_NAMES: dict[Any, str] = {}  # numpy dtype -> its name
+
 _PORTS = ("pnnx.Input", "pnnx.Output")
 _TUPLE = "prim::TupleConstruct"
 
@@ -586,7 +588,12 @@ class Graph:
                     hint = (" (the model was exported with a static batch; export it with pnnx's "
                             "inputs2= to make the batch dynamic)")
                 raise InputError(f"input {k} ({spec.name}) has shape {shape}, the model expects {spec}{hint}")
-        dname = str(x.dtype.name) if is_numpy else _dtype_name(x.dtype)  # numpy: '>f4' is float32
+        if is_numpy:  # ('>f4' is float32; dtype.name is a slow property: a cache by dtype)
+            dname = _NUMPY_NAMES.get(x.dtype)
+            if dname is None:
+                dname = _NUMPY_NAMES[x.dtype] = str(x.dtype.name)
+        else:
+            dname = _dtype_name(x.dtype)
         if spec.dtype is not None and dname != spec.dtype:
             raise InputError(f"input {k} ({spec.name}) has dtype {dname}, the model expects {spec.dtype}")
         if not is_numpy:
