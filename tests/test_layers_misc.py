@@ -253,6 +253,9 @@ PAD_CASES = [
     ("constant", (1, 2), 0.0), ("constant", (1, 2, 0, 3), 1.5), ("constant", (-1, 2, 1, -2), 0.0),
     ("reflect", (1, 2), None), ("reflect", (2, 1, 1, 3), None), ("replicate", (1, 2, 3, 0), None),
     ("replicate", (2, -1), None), ("circular", (1, 2, 2, 1), None), ("circular", (3, 0), None),
+    # circular with a crop: torch crops first, then wraps what is left
+    ("circular", (-1, 2), None), ("circular", (-1, 2, 1, -2), None), ("circular", (3, -2, -1, 1), None),
+    ("reflect", (-1, 2, 2, -1), None),
 ]
 
 

@@ -732,12 +732,13 @@ _PAD_MODULES = {
 def pad_index(mode: str, n: int, left: int, right: int) -> list[int]:
     """Source index of each output position along one axis for a non-constant pad mode."""
     out = []
+    kept = n + min(left, 0) + min(right, 0)  # (circular: torch crops first, then wraps what is left)
     for o in range(n + left + right):
         s = o - left
         if mode == "replicate":
             s = min(max(s, 0), n - 1)
         elif mode == "circular":
-            s %= n
+            s = max(-left, 0) + (o - max(left, 0)) % kept
         else:  # reflect (without repeating the edge)
             if n == 1:
                 s = 0
