@@ -8,6 +8,8 @@ traced with one count runs on inputs with another."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -399,3 +401,21 @@ def test_embedding_bag_segments_match_torch(backend, mode, padding_idx):
     names = ("output", "offset2bag", "bag_size", "max_indices")
     for k in range(4):
         assert_close(backend.to_numpy(got[k]), t2n(want[k]), rtol=1e-5, what=names[k])
+
+
+@pytest.mark.parametrize("shape,wrap", [((4, 4), False), ((3, 6), False), ((9, 3), False), ((9, 3), True),
+                                        ((7, 2), True), ((3, 3, 3), False)])
+def test_fill_diagonal_and_zero_match_torch(backend, shape, wrap):
+    """``x.fill_diagonal_(v, wrap)`` (tall matrices wrap every cols + 1 rows) and ``x.zero_()``."""
+    x = torch.randn(*shape, generator=_g(3))
+    fd = make_layer(backend, "aten::fill_diagonal fd 3 1 0 1 2 3", 3)
+    want = x.clone().fill_diagonal_(-7.5, wrap=wrap)
+    assert_close(backend.to_numpy(fd(backend.asarray(t2n(x)), -7.5, wrap)), t2n(want), rtol=0, what="fill_diagonal")
+    xi = torch.arange(math.prod(shape)).reshape(shape)
+    want = xi.clone().fill_diagonal_(3, wrap=wrap)
+    assert_close(backend.to_numpy(fd(backend.asarray(t2n(xi)), 3, wrap)), t2n(want), what="fill_diagonal int")
+    zero = make_layer(backend, "aten::zero z 1 1 0 1")
+    got = backend.to_numpy(zero(backend.asarray(t2n(xi))))
+    assert got.dtype == np.int64 and not got.any() and got.shape == shape
+    with pytest.raises(ShapeError, match=r"aten::fill_diagonal 'fd': needs a 2-D input"):
+        fd(backend.asarray(np.zeros((2, 3, 3), np.float32)), 1.0, False)

@@ -397,6 +397,40 @@ class Scatter(Layer):
         return out
 
 
+@register("aten::zero")
+class Zero(Layer):
+    """``x.zero_()`` as pnnx writes it (``aten::zero``; on a slice, followed by the
+    ``Tensor.slice_copy`` that puts it back): zeros of x's shape and dtype."""
+
+    def forward(self, x: Any) -> Any:
+        return self.xp.zeros_like(x)
+
+
+@register("aten::fill_diagonal")
+class FillDiagonal(Layer):
+    """``x.fill_diagonal_(value, wrap=False)`` (``aten::fill_diagonal (self, fill_value,
+    wrap)``): a copy of x with its main diagonal set to value; x 2-D, or every dimension of one
+    size. With ``wrap`` a tall matrix's diagonal starts again every ``cols + 1`` rows (torch's
+    rule)."""
+
+    def forward(self, x: Any, value: Any, wrap: Any = False) -> Any:
+        xp = self.xp
+        shape = tuple(x.shape)
+        if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: needs a 2-D input or one with all dimensions of "
+                             f"equal length, found shape {shape}")
+        n = math.prod(shape)
+        step = sum(math.prod(shape[d + 1:]) for d in range(len(shape)))  # (the diagonal's flat stride)
+        count = min(shape)
+        if len(shape) == 2 and bool(wrap) and shape[0] > shape[1] + 1:
+            count = -(-n // step)
+        flat = xp.arange(n, dtype=xp.int64, device=self.device)
+        on = (flat % step == 0) & (flat // step < count)
+        fill = xp.asarray(value, device=self.device)
+        fill = xp.astype(fill, x.dtype) if fill.dtype != x.dtype else fill
+        return xp.reshape(xp.where(on, fill, xp.reshape(x, (-1,))), shape)
+
+
 @register("aten::numel")
 class Numel(Layer):
     """The number of elements of the input, as a 0-d int64 array (``x.numel()``)."""
