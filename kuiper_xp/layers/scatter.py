@@ -379,6 +379,14 @@ class IndexPut(Layer):
                  for it in items]
         values = inputs[self.pos["values"]] if "values" in self.pos else self.value
         values = _value_like(xp, values, x, dev, self.where)
+        fast = None if self.accumulate else getattr(self.backend.fast, "index_put", None)
+        if fast is not None:
+            try:
+                out = fast(x, items, values)
+            except (IndexError, ValueError):
+                out = None  # (the generic path below says what is wrong)
+            if out is not None:
+                return out
         n = math.prod(x.shape)
         flat_pos = xp.reshape(xp.arange(n, dtype=xp.int64, device=dev), x.shape)
         pos = advanced_index(xp, flat_pos, list(items), self.where)
