@@ -16,6 +16,7 @@ from kuiper_xp.errors import (
     GraphError,
     KuiperXPError,
     ParamFormatError,
+    ShapeError,
     UnsupportedOperatorError,
 )
 from kuiper_xp.runtime.topo import topological_order
@@ -104,6 +105,20 @@ def test_an_input_of_a_dtype_the_backend_lacks_is_refused_at_load(tmp_path):
     with pytest.raises(GraphError, match=r"input 0 \(0\) is declared bfloat16, a dtype backend numpy does not "
                                          r"have; export the model with float32 inputs"):
         load(p)
+
+
+def test_a_float_declared_for_a_boolean_expression_names_pnnx_s_dropped_cast(tmp_path):
+    """``(x > 0) * 1.0 + (x > 1) * 1.0``: pnnx drops both ``* 1.0`` and declares float32 for
+    the sum of two masks; the error says so and how to write the model instead."""
+    p = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0 #0=(?,4)f32", "torch.gt a 1 1 0 1 other=0.0 #0=(?,4)f32 #1=(?,4)bool",
+        "torch.gt b 1 1 0 2 other=1.0 #0=(?,4)f32 #2=(?,4)bool",
+        "pnnx.Expression e 2 1 1 2 3 expr=add(@0,@1) #1=(?,4)bool #2=(?,4)bool #3=(?,4)f32",
+        "pnnx.Output out 1 0 3"])
+    g = load(p)
+    with pytest.raises(ShapeError, match=r"has dtype bool, the model declares float32 \(pnnx drops a "
+                                         r"multiplication .* write mask.float\(\)"):
+        g(np.array([[-1.0, 0.5, 2.0, 0.0]], np.float32))
 
 
 def test_dead_branch_is_pruned_and_the_rest_runs(tmp_path):

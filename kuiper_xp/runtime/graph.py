@@ -923,9 +923,14 @@ def _check_output(r: RuntimeOperator, operand: Operand, value: Any, rank_only: b
                              f"the model declares {operand.shape_str()}")
     if operand.dtype is not None and operand.dtype in DTYPES:
         got = _dtype_name(value.dtype)
-        if got != DTYPES[operand.dtype][0]:
+        want = DTYPES[operand.dtype][0]
+        if got != want:
+            hint = ""
+            if r.type == "pnnx.Expression" and want.startswith("float") and not got.startswith(("float", "complex")):
+                hint = (" (pnnx drops a multiplication of a boolean or integer tensor by 1.0, and some casts, "
+                        "leaving the dtype it declares: write mask.float() or .to(dtype) in the model)")
             raise ShapeError(f"{r.op.where}: output {operand.name!r} has dtype {got}, "
-                             f"the model declares {DTYPES[operand.dtype][0]}")
+                             f"the model declares {want}{hint}")
 
 
 def load(
