@@ -719,6 +719,47 @@ def test_numpy_fast_depthwise_band(monkeypatch, case, cache):
     np.testing.assert_allclose(got64, want64.numpy(), rtol=1e-12, atol=1e-12)
 
 
+EINSUM_DW = [  # n, c, h, w, (kh, kw), pads: small maps (at most 256 output pixels)
+    (1, 24, 14, 14, (7, 7), ((3, 3), (3, 3))),  # ConvNeXt's stage 3
+    (3, 10, 15, 15, (7, 7), ((3, 3), (3, 3))),  # a batch (7x7 maps take the dense matrices)
+    (2, 9, 11, 13, (5, 7), ((1, 3), (4, 2))),  # uneven kernel and padding
+    (1, 7, 16, 16, (5, 5), ((0, 0), (0, 0))),  # no padding
+]
+
+
+@pytest.mark.parametrize("case", EINSUM_DW, ids=[f"einsum-{i}" for i in range(len(EINSUM_DW))])
+def test_numpy_fast_depthwise_einsum(monkeypatch, case):
+    """Stride-1 depthwise convolutions with 25 taps or more on small maps, as an einsum over a
+    channels-last window view, against torch: batch, bias or not, fused activations, float64,
+    blocks of rows spanning two images, on the threads of a compute scope."""
+    monkeypatch.setattr(nf, "EINSUM_ROWS_ELEMENTS", 100)  # (blocks of a few rows: some span two images)
+    n, c, h, w, (kh, kw), pads = case
+    x, wt, b = rnd(n, c, h, w), rnd(c, 1, kh, kw, seed=1), rnd(c, seed=2)
+    (pt, pb), (pl, pr) = pads
+    expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), 1, 0, 1, c)
+    plan = nf.conv2d_plan(wt, b, groups=c, pads=pads)
+    ho, wo = expected.shape[2:]
+    used = []
+    real = plan._run_depthwise_einsum
+    monkeypatch.setattr(plan, "_run_depthwise_einsum", lambda *a, **k: used.append(1) or real(*a, **k))
+    assert_close(plan(x), expected.numpy(), rtol=RTOL, what="einsum")
+    assert used and not plan._banded(ho, wo)
+    old = nf.set_num_threads(2)
+    try:
+        with nf.compute_scope():
+            assert_close(plan(x, "gelu"), F.gelu(expected).numpy(), rtol=RTOL, what="einsum gelu")
+            assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what="relu6")
+    finally:
+        nf.set_num_threads(old)
+    nobias = nf.conv2d_plan(wt, None, groups=c, pads=pads)
+    assert_close(nobias(x, "relu"), F.relu(expected - t(b).reshape(1, -1, 1, 1)).numpy(), rtol=RTOL)
+    x64, w64 = x.astype(np.float64), wt.astype(np.float64)
+    want64 = F.conv2d(F.pad(torch.from_numpy(x64), (pl, pr, pt, pb)), torch.from_numpy(w64), None, 1, 0, 1, c)
+    got64 = nf.conv2d_plan(w64, None, groups=c, pads=pads)(x64)
+    assert got64.dtype == np.float64
+    np.testing.assert_allclose(got64, want64.numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_numpy_fast_depthwise_band_only_where_it_pays():
     """The banded GEMMs take big kernels at stride 1 on maps above the channels-last size; 3x3
     kernels, strides, dilations and channel multipliers keep the tap passes."""
