@@ -108,6 +108,9 @@ CASES = {
                                              d.index_fill(2, i, float("nan")))),
                    (_r(3, 4), _t([0, -1]), _r(3, seed=1), _t([[1, 2, 3], [4, 5, 6]]), _r(2, 2, 3, seed=2, dtype=torch.float64)),
                    {"aten::index_fill"}),
+    "index_fill_long_index": (Fn(lambda x, i: x.index_fill(1, i, -1.0)),  # duplicates, negatives, 1200 of 3000
+                              (_r(2, 3000), torch.randint(-3000, 3000, (1200,), generator=torch.Generator().manual_seed(3))),
+                              {"aten::index_fill"}),
     "index_copy": (Fn(lambda x, i, s, k, j, w: (x.index_copy(1, i, s), k.index_copy(0, j, w), x.index_copy(0, j[:1], x[1:2] * 2))),
                    (_r(3, 4), _t([3, 0]), _r(3, 2, seed=1), _t([[1, 2], [3, 4], [5, 6]]), _t([2, 0, 2]),
                     _t([[10, 20], [30, 40], [50, 60]])), {"aten::index_copy"}),

@@ -484,8 +484,12 @@ class IndexFill(_Named):
             raise ShapeError(f"{self.where}: value must be a number, found {type(value).__name__}")
         v = value if value.dtype == x.dtype else xp.astype(value, x.dtype)
         d = xp.arange(n, dtype=xp.int64, device=dev)
-        hit = xp.any(d[:, None] == index[None, :], axis=1) if index.shape[0] else xp.zeros((n,), dtype=xp.bool,
-                                                                                            device=dev)
+        if index.shape[0]:  # each position looked up in the sorted indices (an (n, k) comparison was
+            srt = xp.sort(index)  # 16 s at n = 262k, k = 65k; torch 0.2 ms)
+            at = xp.clip(xp.searchsorted(srt, d), 0, srt.shape[0] - 1)
+            hit = xp.take(srt, at) == d
+        else:
+            hit = xp.zeros((n,), dtype=xp.bool, device=dev)
         if x.ndim:
             hit = xp.reshape(hit, (n,) + (1,) * (x.ndim - axis - 1))
         else:
