@@ -3891,12 +3891,12 @@ def segment_scatter(dest, pos, vals, reduce: str, include_self: bool, axis: int 
     loop), per leading slice: a GCN-style index_add of 20000 rows of 64 into 2000 takes 2.6 ms
     here, against 8.4 ms for a sort and ``ufunc.reduceat`` along rows and 10 ms for ``np.add.at``
     on rows; working in place along ``axis`` spares the two moved copies of an index_add along
-    dim 1 of a batch. Returns None for what it does not cover (bool or non-native dtypes, integer
-    ``mean``, ``last``), which the caller then computes generically."""
+    dim 1 of a batch. Returns None for what it does not cover (bool or non-native dtypes,
+    ``last``), which the caller then computes generically."""
     ufunc = _SEGMENT_REDUCE.get(reduce)
     if (ufunc is None or not isinstance(dest, np.ndarray) or not isinstance(vals, np.ndarray)
             or dest.dtype.kind not in "fiu" or vals.dtype != dest.dtype or pos.ndim != 1
-            or (reduce == "mean" and dest.dtype.kind != "f") or not 0 <= axis < max(dest.ndim, 1)):
+            or not 0 <= axis < max(dest.ndim, 1)):
         return None
     shape = dest.shape if dest.ndim else (1,)
     k = pos.shape[0]
@@ -3921,7 +3921,11 @@ def segment_scatter(dest, pos, vals, reduce: str, include_self: bool, axis: int 
     if reduce == "mean":
         counts = np.bincount(pos, minlength=n)
         hit = counts > 0
-        view[:, hit, :] /= (counts[hit] + (1 if include_self else 0)).astype(dest.dtype)[None, :, None]
+        div = (counts[hit] + (1 if include_self else 0))[None, :, None]
+        if dest.dtype.kind == "f":
+            view[:, hit, :] /= div.astype(dest.dtype)
+        else:  # (torch divides integer sums with floor rounding)
+            view[:, hit, :] = np.floor_divide(view[:, hit, :].astype(np.int64), div).astype(dest.dtype)
     return out
 
 

@@ -48,8 +48,6 @@ from .indexing import advanced_index
 from .misc import binary_operands, input_slots, is_float, to_float, to_int
 from .registry import register
 
-#: elements one gather round of :func:`segment_scatter` may materialise
-_BLOCK_ELEMENTS = 1 << 22
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
 
 
@@ -100,20 +98,6 @@ def _index_array(xp: Any, index: Any, n: int, where: str, negative: bool, what: 
     return index
 
 
-def _fill_value(xp: Any, dtype: Any, reduce: str) -> Any:
-    """The identity of ``reduce`` in ``dtype``."""
-    if reduce in ("sum", "mean"):
-        return 0
-    if reduce == "prod":
-        return 1
-    if dtype == xp.bool:
-        return reduce == "amin"
-    if is_float(xp, dtype):
-        return -math.inf if reduce == "amax" else math.inf
-    info = xp.iinfo(dtype)
-    return info.min if reduce == "amax" else info.max
-
-
 def _combine(xp: Any, a: Any, b: Any, reduce: str) -> Any:
     if reduce in ("sum", "mean"):
         return (a | b) if a.dtype == xp.bool else a + b
@@ -122,16 +106,6 @@ def _combine(xp: Any, a: Any, b: Any, reduce: str) -> Any:
     if a.dtype == xp.bool:
         return (a | b) if reduce == "amax" else (a & b)
     return xp.maximum(a, b) if reduce == "amax" else xp.minimum(a, b)
-
-
-def _reduce_axis1(xp: Any, g: Any, reduce: str) -> Any:
-    if g.dtype == xp.bool:
-        return xp.any(g, axis=1) if reduce in ("sum", "mean", "amax") else xp.all(g, axis=1)
-    if reduce in ("sum", "mean"):
-        return xp.sum(g, axis=1, dtype=g.dtype)
-    if reduce == "prod":
-        return xp.prod(g, axis=1, dtype=g.dtype)
-    return xp.max(g, axis=1) if reduce == "amax" else xp.min(g, axis=1)
 
 
 def segment_scatter(xp: Any, dest: Any, pos: Any, vals: Any, reduce: str, include_self: bool,
@@ -173,22 +147,18 @@ def segment_scatter(xp: Any, dest: Any, pos: Any, vals: Any, reduce: str, includ
     if reduce == "last":
         res = xp.take(vs, ends - 1, axis=0)
     else:
-        acc = xp.take(vs, starts, axis=0)
+        # a segmented scan over the sorted values (Hillis-Steele: log2 of the longest run steps,
+        # each combining every value with the one `shift` before it in its segment), then each
+        # segment's last entry; rounds over the runs' t-th entries took (segments x longest run)
+        # work: 43 s for 262k entries half of which go to one row (a graph's hub node)
         m = int(xp.max(counts))
-        if m > 1:
-            row = max(1, math.prod(tail))
-            block = max(1, min(m - 1, _BLOCK_ELEMENTS // max(1, s * row)))
-            fill = _fill_value(xp, dest.dtype, reduce)
-            for r0 in range(1, m, block):
-                rr = xp.arange(r0, min(r0 + block, m), dtype=xp.int64, device=device)
-                nb = rr.shape[0]
-                idx = starts[:, None] + rr[None, :]  # (S, B)
-                valid = rr[None, :] < counts[:, None]
-                g = xp.take(vs, xp.reshape(xp.clip(idx, max=k - 1), (-1,)), axis=0)
-                g = xp.reshape(g, (s, nb) + tail)
-                valid = xp.reshape(valid, (s, nb) + (1,) * len(tail))
-                g = xp.where(valid, g, xp.asarray(fill, dtype=dest.dtype, device=device))
-                acc = _combine(xp, acc, _reduce_axis1(xp, g, reduce), reduce)
+        acc, shift = vs, 1
+        while shift < m:
+            same = xp.reshape(ps[shift:] == ps[:-shift], (k - shift,) + (1,) * len(tail))
+            moved = xp.where(same, _combine(xp, acc[:-shift, ...], acc[shift:, ...], reduce), acc[shift:, ...])
+            acc = xp.concat([acc[:shift, ...], moved], axis=0)
+            shift *= 2
+        acc = xp.take(acc, ends - 1, axis=0)
         if include_self:
             acc = _combine(xp, xp.take(dest, targets, axis=0), acc, reduce)
         if reduce == "mean":
