@@ -872,10 +872,10 @@ class Histc(_Named):
         scaled = (xp.where(keep, v, lo_a) - lo_a) * xp.asarray(nb, dtype=dt, device=dev) / (hi_a - lo_a)
         b = xp.clip(xp.astype(scaled, xp.int64), 0, nb - 1)
         b = xp.where(keep, b, nb)  # out of range / NaN: an extra bin, dropped
-        b = xp.sort(b)
-        q = xp.arange(nb, dtype=b.dtype, device=dev)
-        counts = xp.searchsorted(b, q, side="right") - xp.searchsorted(b, q, side="left")
-        return xp.astype(counts, dt)
+        ones = xp.ones((b.shape[0],), dtype=xp.int64, device=dev)
+        counts = segment_scatter(xp, xp.zeros((nb + 1,), dtype=xp.int64, device=dev), b, ones, "sum", True, dev,
+                                 self.backend.fast)
+        return xp.astype(counts[:nb], dt)
 
 
 @register("aten::isin")
@@ -1123,10 +1123,9 @@ class Bincount(_DataDependent):
         if lo < 0:
             raise ShapeError(f"{self.where}: bincount needs non-negative values, found {lo}")
         size = max(ml, int(xp.max(xi)) + 1)
-        if weights is None:
-            s = xp.sort(xi)
-            q = xp.arange(size, dtype=xp.int64, device=dev)
-            return xp.astype(xp.searchsorted(s, q, side="right") - xp.searchsorted(s, q, side="left"), xp.int64)
+        if weights is None:  # (a scatter of ones: numpy's ufunc.at, not a sort of every value)
+            return segment_scatter(xp, xp.zeros((size,), dtype=xp.int64, device=dev), xi,
+                                   xp.ones((n,), dtype=xp.int64, device=dev), "sum", True, dev, self.backend.fast)
         wdt = xp.float32 if weights.dtype == xp.float32 else xp.float64
         w = weights if weights.dtype == wdt else xp.astype(weights, wdt)
         return segment_scatter(xp, xp.zeros((size,), dtype=wdt, device=dev), xi, w, "sum", True, dev, self.backend.fast)
