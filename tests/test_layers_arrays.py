@@ -322,3 +322,14 @@ def test_statistics_reject_bad_operands(backend):
         pd(_arr(backend, 2, 3, dtype=np.int64), 2.0)
     with pytest.raises(ShapeError, match=r"aten::pdist 'pd': only supports non-negative p values, found -1.0"):
         pd(_arr(backend, 2, 3), -1)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, 0.5, float("inf")])
+def test_pdist_in_blocks_of_pairs(backend, monkeypatch, p):
+    """The pairs' differences in blocks (the last one short), in torch's row-major pair order."""
+    from kuiper_xp.layers import arrays
+
+    monkeypatch.setattr(arrays, "PDIST_BLOCK_ELEMENTS", 50)
+    x = _r(23, 7)
+    pd = make_layer(backend, "aten::pdist pd 2 1 0 1 2", 2)
+    assert_close(backend.to_numpy(pd(backend.asarray(t2n(x)), p)), t2n(torch.pdist(x, p)), rtol=1e-5, what=f"p={p}")

@@ -654,6 +654,10 @@ class Renorm(_ArrayLayer):
         return x * factor
 
 
+#: pairs of :class:`PDist` rows differenced at a time, times the row length
+PDIST_BLOCK_ELEMENTS = 1 << 20
+
+
 @register("aten::pdist")
 class PDist(_ArrayLayer):
     """``torch.pdist(x, p)``: the p-norm distances between the rows of a 2-d tensor, for every pair
@@ -674,8 +678,13 @@ class PDist(_ArrayLayer):
         pairs = n * (n - 1) // 2
         if pairs == 0 or m == 0:
             return xp.zeros((pairs,), dtype=x.dtype, device=self.device)
-        first = [i for i in range(n) for _ in range(i + 1, n)]
-        second = [j for i in range(n) for j in range(i + 1, n)]
-        a = xp.take(x, xp.asarray(first, dtype=xp.int64, device=self.device), axis=0)
-        b = xp.take(x, xp.asarray(second, dtype=xp.int64, device=self.device), axis=0)
-        return _vector_norm(xp, a - b, p, 1)
+        r = xp.arange(n, dtype=xp.int64, device=self.device)
+        first, second = xp.nonzero(r[None, :] > r[:, None])  # (row-major: the pairs' order)
+        step = max(1, PDIST_BLOCK_ELEMENTS // m)  # (blocks of pairs: no (pairs, m) differences at once)
+        out = []
+        for k0 in range(0, pairs, step):
+            k1 = min(pairs, k0 + step)
+            a = xp.take(x, first[k0:k1], axis=0)
+            b = xp.take(x, second[k0:k1], axis=0)
+            out.append(_vector_norm(xp, a - b, p, 1))
+        return out[0] if len(out) == 1 else xp.concat(out)
