@@ -896,11 +896,30 @@ def _workspace(shape: tuple[int, ...], dtype: Any, slot: int = 0) -> np.ndarray:
     bufs = getattr(_tls, "bufs", None)
     if bufs is None:
         bufs = _tls.bufs = {}
+        with _workspaces_lock:
+            _workspaces.append(bufs)
     buf = bufs.get(slot)
     if buf is None or buf.nbytes < n:
         buf = np.empty(max(n, 64), dtype=np.uint8)
         bufs[slot] = buf
     return buf[:n].view(dt).reshape(shape)
+
+
+_workspaces: list[dict] = []  # every thread's scratch arrays, for release_workspaces()
+_workspaces_lock = threading.Lock()
+
+
+def release_workspaces() -> int:
+    """Drop the scratch arrays of every thread (Winograd tiles, im2col patches: up to a few
+    hundred MiB after a large model's first call); returns their bytes. A pass running now keeps
+    what it holds; the next one allocates afresh."""
+    freed = 0
+    with _workspaces_lock:
+        for bufs in _workspaces:
+            for key in list(bufs):
+                buf = bufs.pop(key, None)
+                freed += 0 if buf is None else buf.nbytes
+    return freed
 
 
 def _view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:

@@ -787,13 +787,15 @@ class Graph:
     __call__ = forward
 
     def release_memory(self) -> int:
-        """Free the idle output buffers this graph keeps between calls (numpy backend); returns
-        the bytes released."""
-        if self._pool is None:
-            return 0
-        n = self._pool.idle_bytes
-        self._pool.clear()
-        return n
+        """Free the idle output buffers this graph keeps between calls and the scratch arrays
+        the backend's fast paths keep (numpy backend; those are shared by every graph, and the
+        next call makes them again); returns the bytes released."""
+        n = 0
+        if self._pool is not None:
+            n = self._pool.idle_bytes
+            self._pool.clear()
+        drop = getattr(self.backend.fast, "release_workspaces", None)
+        return n + (drop() if drop is not None else 0)
 
     def run(self, feeds: dict[str, Any] | None = None, **named: Any) -> dict[str, Any]:
         """Like :meth:`forward` with named inputs; returns ``{output name: array}``. Where names
