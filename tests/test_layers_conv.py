@@ -1303,3 +1303,31 @@ def test_numpy_fast_gemm_polyphase_only_for_small_strides(monkeypatch, max_strid
     from helpers import in_fast_scope
 
     assert_close(in_fast_scope(nf, lambda: plan(x)), want, rtol=RTOL, what=f"{len(blocks)} blocks")
+
+
+def test_packed_plans_hold_the_only_copy_of_the_weight(tmp_path):
+    """numpy: a 1x1 or depthwise convolution's plan keeps its re-laid-out weight, the layer only
+    the shape (not a second copy of the values); results and the channel check are unchanged."""
+    from helpers import export_torch
+
+    from kuiper_xp.layers.conv import _PACKED_ONLY, _Shape
+
+    class Net(nn.Module):  # (named children: pnnx's Python re-export of a Sequential's "0" fails)
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(8, 16, 1), nn.Conv2d(16, 16, 3, padding=1, groups=16)
+            self.c = nn.Conv2d(16, 4, 3)
+
+        def forward(self, x):
+            return self.c(self.b(self.a(x)))
+
+    m = Net().eval()
+    x = torch.randn(2, 8, 9, 9)
+    g = kuiper_xp.load(export_torch(m, (x,), tmp_path, inputs2=(torch.randn(3, 8, 9, 9),)), backend="numpy")
+    convs = [lay for lay in g.layers if type(lay).__name__ == "Convolution"]
+    assert [c._plan.algo for c in convs][:2] == ["1x1", "depthwise"]
+    assert all(isinstance(c.weight, _Shape) == (c._plan.algo in _PACKED_ONLY) for c in convs)
+    with torch.no_grad():
+        assert_close(g(x.numpy())[0], m(x).numpy(), rtol=1e-5, what="1x1 + depthwise + 3x3")
+    with pytest.raises(ShapeError, match=r"input has 7 channels .* weight \(16, 8, 1, 1\)"):
+        convs[0](np.zeros((1, 7, 9, 9), np.float32))

@@ -145,6 +145,19 @@ class _ConvBase(SpatialLayer):
                 f"expects {expected}")
 
 
+#: numpy plans (``Conv2dPlan.algo``) that keep a re-laid-out copy and not the weight itself
+_PACKED_ONLY = ("1x1", "patch", "depthwise", "shift")
+
+
+class _Shape:
+    """What a convolution reads of its weight once a plan holds the values: shape and dtype."""
+
+    __slots__ = ("shape", "ndim", "dtype")
+
+    def __init__(self, weight: Any) -> None:
+        self.shape, self.ndim, self.dtype = tuple(weight.shape), weight.ndim, weight.dtype
+
+
 @register("nn.Conv1d", "nn.Conv2d", "F.conv1d", "F.conv2d")
 class Convolution(_ConvBase):
     """torch ``conv1d``/``conv2d``: stride, dilation, groups, padding as ints, pairs, ``same``,
@@ -173,6 +186,11 @@ class Convolution(_ConvBase):
                 ("conv2d_plan", id(weight), id(bias), stride, dilation, groups, plan_pads, input_hw),
                 lambda: ctx.fast.conv2d_plan(weight, bias, stride=stride, dilation=dilation, groups=groups,
                                              pads=plan_pads, input_hw=input_hw), weight, bias)
+            if getattr(self._plan, "algo", None) in _PACKED_ONLY:
+                # the plan holds the only copy it needs (1x1, depthwise, ...): the layer keeps
+                # the weight's shape for its checks, not a second copy of the values (ResNet-101
+                # held 80 MiB of 1x1 weights twice)
+                self.weight = _Shape(weight)
 
     @classmethod
     def from_operator(cls, op, ctx):
