@@ -419,3 +419,18 @@ def test_fill_diagonal_and_zero_match_torch(backend, shape, wrap):
     assert got.dtype == np.int64 and not got.any() and got.shape == shape
     with pytest.raises(ShapeError, match=r"aten::fill_diagonal 'fd': needs a 2-D input"):
         fd(backend.asarray(np.zeros((2, 3, 3), np.float32)), 1.0, False)
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 0.5, float("inf"), 0.0])
+def test_cdist_differences_in_blocks(backend, monkeypatch, p):
+    """Away from the matrix-product form, the differences in blocks of x1's rows (the last one
+    short), batched; an empty x1 too."""
+    from kuiper_xp.layers import distance
+
+    monkeypatch.setattr(distance, "CDIST_BLOCK_ELEMENTS", 200)
+    a, b = _r(2, 13, 5), _r(2, 7, 5, seed=1)
+    cd = make_layer(backend, "aten::cdist cd 4 1 0 1 2 3 4", 4)
+    assert_close(backend.to_numpy(cd(backend.asarray(t2n(a)), backend.asarray(t2n(b)), p, 2)),
+                 t2n(torch.cdist(a, b, p, compute_mode="donot_use_mm_for_euclid_dist")), rtol=1e-5, what=f"p={p}")
+    got = backend.to_numpy(cd(backend.asarray(t2n(a[:, :0])), backend.asarray(t2n(b)), p, 2))
+    assert got.shape == (2, 0, 7)

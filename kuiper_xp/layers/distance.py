@@ -110,6 +110,10 @@ class PairwiseDistance(Layer):
         return _pnorm(xp, a - b + eps, p, -1, keepdim)
 
 
+#: elements of the differences :class:`CDist` makes at a time (away from the matrix-product form)
+CDIST_BLOCK_ELEMENTS = 1 << 22
+
+
 @register("aten::cdist")
 class CDist(Layer):
     """p-norm distance between every row of x1 (..., P, M) and of x2 (..., R, M); inputs
@@ -149,5 +153,13 @@ class CDist(Layer):
             bb = xp.sum(b * b, axis=-1)[..., None, :]
             ab = self.matmul(a, xp.matrix_transpose(b))
             return xp.sqrt(xp.clip(aa + bb - 2 * ab, min=0))
-        d = xp.expand_dims(a, axis=-2) - xp.expand_dims(b, axis=-3)  # (..., P, R, M)
-        return _pnorm(xp, d, p, -1)
+        # the (..., P, R, M) differences in blocks of P rows (at once: 512 MiB for 2048 x 2048
+        # points of 32 values)
+        lead = math.prod(a.shape[:-2]) * n_r * a.shape[-1]
+        step = max(1, CDIST_BLOCK_ELEMENTS // max(1, lead))
+        out = []
+        for p0 in range(0, max(n_p, 1), step):  # (an empty x1: one empty block)
+            a_blk = a[..., p0:min(n_p, p0 + step), :]
+            d = xp.expand_dims(a_blk, axis=-2) - xp.expand_dims(b, axis=-3)  # (..., rows, R, M)
+            out.append(_pnorm(xp, d, p, -1))
+        return out[0] if len(out) == 1 else xp.concat(out, axis=-2)
