@@ -122,6 +122,13 @@ CASES = {
     "index_fill_long_index": (Fn(lambda x, i: x.index_fill(1, i, -1.0)),  # duplicates, negatives, 1200 of 3000
                               (_r(2, 3000), torch.randint(-3000, 3000, (1200,), generator=torch.Generator().manual_seed(3))),
                               {"aten::index_fill"}),
+    # many short rows: boundaries counted, not searched row by row; ties on both sides, ints
+    "searchsorted_many_rows": (Fn(lambda b, x, bi, xi: (torch.searchsorted(b, x), torch.searchsorted(b, x, right=True),
+                                                        torch.searchsorted(bi, xi, side="right", out_int32=True))),
+                               (torch.sort(torch.round(_r(40, 6) * 2) / 2).values, torch.round(_r(40, 9, seed=1) * 2) / 2,
+                                torch.sort(torch.randint(0, 9, (3, 12, 5), generator=torch.Generator().manual_seed(2))).values,
+                                torch.randint(-1, 10, (3, 12, 4), generator=torch.Generator().manual_seed(3))),
+                               {"aten::searchsorted"}),
     "index_copy": (Fn(lambda x, i, s, k, j, w: (x.index_copy(1, i, s), k.index_copy(0, j, w), x.index_copy(0, j[:1], x[1:2] * 2))),
                    (_r(3, 4), _t([3, 0]), _r(3, 2, seed=1), _t([[1, 2], [3, 4], [5, 6]]), _t([2, 0, 2]),
                     _t([[10, 20], [30, 40], [50, 60]])), {"aten::index_copy"}),

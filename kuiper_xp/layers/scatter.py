@@ -832,10 +832,36 @@ class SearchSorted(_Named):
             rows = math.prod(seq.shape[:-1])
             s2 = xp.reshape(seq, (rows, seq.shape[-1]))
             x2 = xp.reshape(x, (rows, x.shape[-1]))
-            out = xp.stack([xp.searchsorted(s2[r, :], x2[r, :], side=sd) for r in range(rows)]) if rows else \
-                xp.zeros((0, x.shape[-1]), dtype=xp.int64, device=self.device)
+            if rows > 8 and seq.shape[-1] <= SEARCH_COUNT_MAX_LENGTH and not _has_nan(xp, s2, x2):
+                out = _count_below(xp, s2, x2, right)
+            else:  # (one search per row: ~2 us of Python each, 40x torch for 32k rows of 8)
+                out = xp.stack([xp.searchsorted(s2[r, :], x2[r, :], side=sd) for r in range(rows)]) if rows else \
+                    xp.zeros((0, x.shape[-1]), dtype=xp.int64, device=self.device)
             out = xp.reshape(out, x.shape)
         return _out_int(xp, out, _flag(out_int32, "out_int32", self.where))
+
+
+def _has_nan(xp: Any, *arrays: Any) -> bool:
+    return any(xp.isdtype(a.dtype, "real floating") and bool(xp.any(xp.isnan(a))) for a in arrays)
+
+
+#: batched searchsorted rows of at most this many boundaries count them instead of searching
+SEARCH_COUNT_MAX_LENGTH = 64
+
+
+def _count_below(xp: Any, s2: Any, x2: Any, right: bool) -> Any:
+    """Per row, how many boundaries of the sorted ``s2`` (rows, L) lie below each query of
+    ``x2`` (rows, Q) (``<``; ``<=`` with ``right``): searchsorted's answer for a sorted row
+    without NaN, in blocks of rows."""
+    rows, length, q = s2.shape[0], s2.shape[1], x2.shape[1]
+    step = max(1, (1 << 22) // max(1, length * q))
+    out = []
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        a, b = s2[r0:r1, None, :], x2[r0:r1, :, None]
+        hit = (a <= b) if right else (a < b)
+        out.append(xp.sum(xp.astype(hit, xp.int64), axis=-1))
+    return out[0] if len(out) == 1 else xp.concat(out, axis=0)
 
 
 @register("aten::histc")
