@@ -272,3 +272,30 @@ def test_mode_index_points_at_the_mode_even_when_it_is_nan(backend):
     assert np.array_equal(picked, values, equal_nan=True)
     want = torch.mode(torch.from_numpy(x[1:2]), -1)
     assert values[1] == want.values.item() and idx[1] == want.indices.item()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_median_and_kthvalue_by_partition_equal_the_stable_sort(dtype):
+    """numpy's partition path (no NaN) gives the value and index the stable sort gives (the
+    generic path, on the strict backend): many ties, -0.0 beside 0.0, odd and even rows; the
+    values are torch's."""
+    from kuiper_xp.backends import get_backend
+
+    rng = np.random.default_rng(6)
+    x = np.round(rng.standard_normal((5, 3, 301)) * 3).astype(dtype)
+    if dtype == np.float32:
+        x[0, 0, :5] = [0.0, -0.0, -0.0, 0.0, -0.0]
+    fast, strict = get_backend("numpy"), get_backend("strict")
+    assert fast.fast.kth_stable(x, 150) is not None
+    for line, args in (("aten::median md 3 2 0 1 2 3 4", (2, False)), ("aten::median md 3 2 0 1 2 3 4", (1, True)),
+                       ("aten::kthvalue kv 4 2 0 1 2 3 4 5", (37, 2, False)),
+                       ("aten::kthvalue kv 4 2 0 1 2 3 4 5", (3, 0, True))):
+        n_in = int(line.split()[2])
+        got = [fast.to_numpy(a) for a in make_layer(fast, line, n_in)(x, *args)]
+        want = [strict.to_numpy(a) for a in make_layer(strict, line, n_in)(strict.asarray(x), *args)]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype
+        tv = (torch.median(torch.from_numpy(x), args[0], keepdim=args[1]) if "median" in line
+              else torch.kthvalue(torch.from_numpy(x), args[0], args[1], keepdim=args[2]))
+        np.testing.assert_array_equal(got[0], tv.values.numpy())

@@ -693,6 +693,10 @@ class Median(_AtenArgs):
     def _median(self, xl: Any, ignore_nan: bool) -> tuple[Any, Any]:
         xp = self.xp
         n = xl.shape[-1]
+        fast = getattr(self.backend.fast, "kth_stable", None)
+        got = None if fast is None else fast(xl, (n - 1) // 2)  # (None with a NaN: the sort below)
+        if got is not None:
+            return got
         s, perm = _sort_nan_last(xp, xl)
         if not _is_float(xp, xl.dtype):
             k = xp.full(xl.shape[:-1] + (1,), (n - 1) // 2, dtype=xp.int64, device=self.device)
@@ -722,9 +726,12 @@ class KthValue(_AtenArgs):
         n = xl.shape[-1]
         if not 1 <= k <= n:
             raise ShapeError(f"{self.who}: k={k} is out of range for dim {axis} of size {n} (1 <= k <= {n})")
-        s, perm = _sort_nan_last(xp, xl)
-        kk = xp.full(xl.shape[:-1] + (1,), k - 1, dtype=xp.int64, device=self.device)
-        v, i = _pick(xp, s, perm, kk)
+        fast = getattr(self.backend.fast, "kth_stable", None)
+        got = None if fast is None else fast(xl, k - 1)  # (None with a NaN: the sort below)
+        if got is None:
+            s, perm = _sort_nan_last(xp, xl)
+            got = _pick(xp, s, perm, xp.full(xl.shape[:-1] + (1,), k - 1, dtype=xp.int64, device=self.device))
+        v, i = got
         return _finish(xp, v, axis, kd, scalar), _finish(xp, i, axis, kd, scalar)
 
 
