@@ -675,6 +675,27 @@ def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
     assert_close(plan(x, "silu"), F.silu(expected).numpy(), rtol=RTOL, what=f"{layout} silu")
 
 
+def _check_depthwise_variants(plan, x, wt, b, pads, expected):
+    """A depthwise plan's fused activations on two threads, its form without a bias and in
+    float64, against torch."""
+    c = wt.shape[0]
+    (pt, pb), (pl, pr) = pads
+    old = nf.set_num_threads(2)
+    try:
+        with nf.compute_scope():
+            assert_close(plan(x, "gelu"), F.gelu(expected).numpy(), rtol=RTOL, what="gelu")
+            assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what="relu6")
+    finally:
+        nf.set_num_threads(old)
+    nobias = nf.conv2d_plan(wt, None, groups=c, pads=pads)
+    assert_close(nobias(x, "relu"), F.relu(expected - t(b).reshape(1, -1, 1, 1)).numpy(), rtol=RTOL)
+    x64, w64 = x.astype(np.float64), wt.astype(np.float64)
+    want64 = F.conv2d(F.pad(torch.from_numpy(x64), (pl, pr, pt, pb)), torch.from_numpy(w64), None, 1, 0, 1, c)
+    got64 = nf.conv2d_plan(w64, None, groups=c, pads=pads)(x64)
+    assert got64.dtype == np.float64
+    np.testing.assert_allclose(got64, want64.numpy(), rtol=1e-12, atol=1e-12)
+
+
 BAND = [  # n, c, h, w, (kh, kw), pads: widths a multiple of the band width and not, one band
     (1, 12, 30, 32, (7, 7), ((3, 3), (3, 3))),  # 2 bands of 16: written straight into the output
     (3, 10, 23, 37, (7, 7), ((3, 3), (3, 3))),  # 3 bands of 13 for 37 columns
@@ -703,20 +724,7 @@ def test_numpy_fast_depthwise_band(monkeypatch, case, cache):
     assert got.flags.c_contiguous and got.dtype == np.float32
     assert_close(got, expected.numpy(), rtol=RTOL, what="band")
     assert (plan._bands[next(iter(plan._bands))][1] is not None) == cache
-    old = nf.set_num_threads(2)
-    try:
-        with nf.compute_scope():
-            assert_close(plan(x, "gelu"), F.gelu(expected).numpy(), rtol=RTOL, what="band gelu")
-            assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what="relu6")
-    finally:
-        nf.set_num_threads(old)
-    nobias = nf.conv2d_plan(wt, None, groups=c, pads=pads)
-    assert_close(nobias(x, "relu"), F.relu(expected - t(b).reshape(1, -1, 1, 1)).numpy(), rtol=RTOL)
-    x64, w64 = x.astype(np.float64), wt.astype(np.float64)
-    want64 = F.conv2d(F.pad(torch.from_numpy(x64), (pl, pr, pt, pb)), torch.from_numpy(w64), None, 1, 0, 1, c)
-    got64 = nf.conv2d_plan(w64, None, groups=c, pads=pads)(x64)
-    assert got64.dtype == np.float64
-    np.testing.assert_allclose(got64, want64.numpy(), rtol=1e-12, atol=1e-12)
+    _check_depthwise_variants(plan, x, wt, b, pads, expected)
 
 
 EINSUM_DW = [  # n, c, h, w, (kh, kw), pads: small maps (at most 256 output pixels)
@@ -744,20 +752,7 @@ def test_numpy_fast_depthwise_einsum(monkeypatch, case):
     monkeypatch.setattr(plan, "_run_depthwise_einsum", lambda *a, **k: used.append(1) or real(*a, **k))
     assert_close(plan(x), expected.numpy(), rtol=RTOL, what="einsum")
     assert used and not plan._banded(ho, wo)
-    old = nf.set_num_threads(2)
-    try:
-        with nf.compute_scope():
-            assert_close(plan(x, "gelu"), F.gelu(expected).numpy(), rtol=RTOL, what="einsum gelu")
-            assert_close(plan(x, ("clamp", 0.0, 6.0)), F.relu6(expected).numpy(), rtol=RTOL, what="relu6")
-    finally:
-        nf.set_num_threads(old)
-    nobias = nf.conv2d_plan(wt, None, groups=c, pads=pads)
-    assert_close(nobias(x, "relu"), F.relu(expected - t(b).reshape(1, -1, 1, 1)).numpy(), rtol=RTOL)
-    x64, w64 = x.astype(np.float64), wt.astype(np.float64)
-    want64 = F.conv2d(F.pad(torch.from_numpy(x64), (pl, pr, pt, pb)), torch.from_numpy(w64), None, 1, 0, 1, c)
-    got64 = nf.conv2d_plan(w64, None, groups=c, pads=pads)(x64)
-    assert got64.dtype == np.float64
-    np.testing.assert_allclose(got64, want64.numpy(), rtol=1e-12, atol=1e-12)
+    _check_depthwise_variants(plan, x, wt, b, pads, expected)
 
 
 def test_numpy_fast_depthwise_band_only_where_it_pays():
