@@ -675,6 +675,16 @@ def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
     assert_close(plan(x, "silu"), F.silu(expected).numpy(), rtol=RTOL, what=f"{layout} silu")
 
 
+def _depthwise_case(case):
+    """Input, weight, bias, pads, torch's result and the numpy plan of a depthwise case
+    ``(n, c, h, w, (kh, kw), pads)``."""
+    n, c, h, w, (kh, kw), pads = case
+    x, wt, b = rnd(n, c, h, w), rnd(c, 1, kh, kw, seed=1), rnd(c, seed=2)
+    (pt, pb), (pl, pr) = pads
+    expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), 1, 0, 1, c)
+    return x, wt, b, pads, expected, nf.conv2d_plan(wt, b, groups=c, pads=pads)
+
+
 def _check_depthwise_variants(plan, x, wt, b, pads, expected):
     """A depthwise plan's fused activations on two threads, its form without a bias and in
     float64, against torch."""
@@ -713,11 +723,7 @@ def test_numpy_fast_depthwise_band(monkeypatch, case, cache):
     bias or not, fused activations, float64; on the threads of a compute scope too."""
     monkeypatch.setattr(nf, "DEPTHWISE_BAND_BLOCK_BYTES", 20 * 1024)
     monkeypatch.setattr(nf, "DEPTHWISE_BAND_CACHE_BYTES", 1 << 30 if cache else 0)
-    n, c, h, w, (kh, kw), pads = case
-    x, wt, b = rnd(n, c, h, w), rnd(c, 1, kh, kw, seed=1), rnd(c, seed=2)
-    (pt, pb), (pl, pr) = pads
-    expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), 1, 0, 1, c)
-    plan = nf.conv2d_plan(wt, b, groups=c, pads=pads)
+    x, wt, b, pads, expected, plan = _depthwise_case(case)
     ho, wo = expected.shape[2:]
     assert plan.algo == "depthwise" and plan._banded(ho, wo)
     got = plan(x)
@@ -741,11 +747,7 @@ def test_numpy_fast_depthwise_einsum(monkeypatch, case):
     channels-last window view, against torch: batch, bias or not, fused activations, float64,
     blocks of rows spanning two images, on the threads of a compute scope."""
     monkeypatch.setattr(nf, "EINSUM_ROWS_ELEMENTS", 100)  # (blocks of a few rows: some span two images)
-    n, c, h, w, (kh, kw), pads = case
-    x, wt, b = rnd(n, c, h, w), rnd(c, 1, kh, kw, seed=1), rnd(c, seed=2)
-    (pt, pb), (pl, pr) = pads
-    expected = F.conv2d(F.pad(t(x), (pl, pr, pt, pb)), t(wt), t(b), 1, 0, 1, c)
-    plan = nf.conv2d_plan(wt, b, groups=c, pads=pads)
+    x, wt, b, pads, expected, plan = _depthwise_case(case)
     ho, wo = expected.shape[2:]
     used = []
     real = plan._run_depthwise_einsum
