@@ -350,6 +350,34 @@ def test_repeat_interleave_with_a_list(backend):
               "repeat_interleave list")
 
 
+@pytest.mark.parametrize("params,size,stride,offset", [
+    ("size=(3,4) stride=(8,2)", (3, 4), (8, 2), 0),
+    ("size=(2,3,3) stride=(4,2,1) storage_offset=5", (2, 3, 3), (4, 2, 1), 5),  # overlapping windows
+    ("size=(4,2) stride=(0,1) storage_offset=None", (4, 2), (0, 1), 0),  # a broadcast row
+    ("size=(0,3) stride=(1,1)", (0, 3), (1, 1), 0),
+])
+def test_as_strided(backend, params, size, stride, offset):
+    layer = make_layer(backend, "torch.as_strided", params)
+    check_all(run(backend, layer, X4), ref(lambda t: torch.as_strided(t, size, stride, offset), X4),
+              f"as_strided {params}")
+
+
+def test_as_strided_operands_and_bounds(backend):
+    """size/stride as runtime operands (pnnx's ``$size`` for a dynamic batch); a window reading
+    past the input, negative strides and mismatched lengths are refused, as torch refuses them."""
+    layer = make_layer(backend, "torch.as_strided", "stride=(40,2,1)", n_in=2, names=("input", "size"))
+    check_all(run(backend, layer, X4.reshape(3, 40), [1, 3, 4]),
+              ref(lambda t: torch.as_strided(t, (1, 3, 4), (40, 2, 1)), X4.reshape(3, 40)), "$size")
+    with pytest.raises(ShapeError, match="past the input's 120 elements"):
+        run(backend, make_layer(backend, "torch.as_strided", "size=(4,4) stride=(40,1)"), X4)
+    with pytest.raises(ShapeError, match="non-negative"):
+        run(backend, make_layer(backend, "torch.as_strided", "size=(2,2) stride=(-1,1) storage_offset=3"), X4)
+    with pytest.raises(ShapeError, match="different lengths"):
+        run(backend, make_layer(backend, "torch.as_strided", "size=(2,2) stride=(1)"), X4)
+    with pytest.raises(LayerParameterError, match="'stride' is neither"):
+        make_layer(backend, "torch.as_strided", "size=(2,2)")
+
+
 def test_expand_as_and_sizes_input(backend):
     layer = make_layer(backend, "Tensor.expand_as", "", n_in=2, names=("input", "other"))
     check_all(run(backend, layer, X1, X4), ref(lambda a, b: a.expand_as(b), X1, X4), "expand_as")
@@ -428,7 +456,9 @@ class DynamicBatch(nn.Module):
     def forward(self, x):
         b = x.size(0)
         r = x.view(b, 3, 2, 2, 5).transpose(1, 2).contiguous().view(b, -1, 4, 5)
-        return x.view(b, -1), x.reshape(x.shape[0], 3, -1), torch.flatten(x, 1), x.permute(0, 2, 3, 1).reshape(b, 20, 3), r
+        windows = torch.as_strided(x, (b, 3, 4), (60, 7, 2))  # (pnnx: torch.as_strided with $size)
+        return (x.view(b, -1), x.reshape(x.shape[0], 3, -1), torch.flatten(x, 1), x.permute(0, 2, 3, 1).reshape(b, 20, 3),
+                r, windows)
 
 
 class DynamicSpatial(nn.Module):
@@ -472,6 +502,7 @@ def test_exported_shape_ops_match_torch(model_backend, shape_exports):
 def test_dynamic_batch_export(model_backend, shape_exports, batch):
     text = shape_exports["batch"].read_text()
     assert "shape=(-1," in text, "pnnx did not make the reshapes dynamic"
+    assert "torch.as_strided" in text
     _compare(DynamicBatch(), shape_exports["batch"], model_backend, torch.randn(batch, 3, 4, 5))
 
 

@@ -228,6 +228,76 @@ class Reshape(ShapeLayer):
         return self.xp.reshape(x, target)
 
 
+@register("torch.as_strided", "Tensor.as_strided")
+class AsStrided(ShapeLayer):
+    """``torch.as_strided(x, size, stride, storage_offset)``: element ``(i0, i1, ...)`` of the
+    result is element ``storage_offset + sum(i_k * stride_k)`` of ``x`` read in row-major order
+    (what torch's strides index when ``x`` is contiguous, the usual case: torch's own layout of a
+    non-contiguous operand is not known here). Computed as one gather of those flat positions
+    (cached per shape), so it works on every backend; a window that would read outside ``x`` is a
+    ShapeError, as torch refuses it. ``size`` and ``stride`` may be parameters or runtime operands
+    (``$size``, ``$stride``)."""
+
+    def __init__(self, ctx: BuildContext, size, stride, offset, slots: dict[str, int]):
+        super().__init__(ctx)
+        self.size, self.stride, self.offset, self.slots = size, stride, offset, slots
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        slots = input_slots(op, ("input", "size", "stride", "storage_offset"))
+        slots.setdefault("input", 0)
+
+        def fixed(key):
+            if key in slots or not op.has_param(key):
+                return None
+            return op.param(key, (int,)) if key != "storage_offset" else op.param(key, int, None)
+        size, stride = fixed("size"), fixed("stride")
+        for key, v in (("size", size), ("stride", stride)):
+            if v is None and key not in slots:
+                raise LayerParameterError(f"{op.where}: '{key}' is neither a parameter nor an input")
+        return cls(ctx, size, stride, fixed("storage_offset"), slots)
+
+    def forward(self, *inputs: Any) -> Any:
+        xp = self.xp
+        x = inputs[self.slots["input"]]
+
+        def given(key, default):
+            if key in self.slots:
+                v = inputs[self.slots[key]]
+                return None if v is None else runtime_ints(v, self.who, key)
+            return default
+        size, stride = given("size", self.size), given("stride", self.stride)
+        off = given("storage_offset", None if self.offset is None else (self.offset,))
+        if size is None or stride is None or (off is not None and len(off) != 1):
+            raise ShapeError(f"{self.who}: expected size and stride lists and one storage_offset, found "
+                             f"{size}, {stride}, {off}")
+        offset = 0 if off is None else off[0]
+        key = (tuple(x.shape), tuple(size), tuple(stride), offset)
+        flat = self.cached(key, lambda: self._positions(math.prod(x.shape), tuple(size), tuple(stride), offset))
+        if flat is None:  # an empty result
+            return xp.zeros(tuple(size), dtype=x.dtype, device=self.device)
+        return xp.reshape(xp.take(xp.reshape(x, (-1,)), flat, axis=0), tuple(size))
+
+    def _positions(self, n: int, size: tuple[int, ...], stride: tuple[int, ...], offset: int) -> Any:
+        """The flat positions the result reads, as an int64 array (None for an empty result)."""
+        xp = self.xp
+        if len(size) != len(stride):
+            raise ShapeError(f"{self.who}: size {size} and stride {stride} have different lengths")
+        if any(v < 0 for v in size) or any(v < 0 for v in stride) or offset < 0:
+            raise ShapeError(f"{self.who}: size {size}, stride {stride} and storage_offset {offset} must be "
+                             "non-negative (torch refuses negative strides too)")
+        if math.prod(size) == 0:
+            return None
+        last = offset + sum((s - 1) * st for s, st in zip(size, stride))
+        if last >= n:
+            raise ShapeError(f"{self.who}: size {size}, stride {stride} and storage_offset {offset} read "
+                             f"element {last}, past the input's {n} elements")
+        pos = xp.asarray(offset, dtype=xp.int64, device=self.device)
+        for s, st in zip(size, stride):
+            pos = pos[..., None] + xp.arange(s, dtype=xp.int64, device=self.device) * st
+        return xp.reshape(pos, (-1,))
+
+
 # -- axis permutations -----------------------------------------------------------------------------
 @register("Tensor.permute", "torch.permute")
 class Permute(ShapeLayer):
