@@ -48,6 +48,20 @@ def test_linear_feature_mismatch_raises_shape_error(backend, tmp_path):
         g(rnd(2, 5))
 
 
+def test_functional_linear_bias_operands(backend, tmp_path):
+    """A bias operand of one element (or 0-d) broadcasts as in torch; one of the wrong length
+    (pnnx writes the zeroed slice alone for torchvision Swin V2's ``qkv_bias[n:2n].zero_()``) is
+    a ShapeError naming the layer and both shapes, not numpy's broadcast error."""
+    x, w = rnd(2, 3, 6), rnd(4, 6, seed=1)
+    for b in (rnd(1, seed=2), np.float32(0.5).reshape(())):
+        run_op(backend, tmp_path / f"b{b.ndim}", "F.linear", {}, [x, w, b], F.linear(t(x), t(w), t(b)).numpy(),
+               keys=["input", "weight", "bias"])
+    g = op_graph(tmp_path / "bad", "F.linear", {}, [x, w, rnd(2)], 1, keys=["input", "weight", "bias"],
+                 backend=backend, annotate=False)
+    with pytest.raises(ShapeError, match=r"F.linear 'op'.*bias has shape \(2,\), expected \(4,\)"):
+        g(x, w, rnd(2))
+
+
 @pytest.mark.parametrize("params, weights, needle", [
     ({"bias": True, "in_features": 6, "out_features": 4}, {"weight": rnd(4, 6)}, "bias"),
     ({"bias": False, "in_features": 5, "out_features": 4}, {"weight": rnd(4, 6)}, "in_features"),

@@ -80,6 +80,9 @@ class Linear(FusesActivation, Layer):
             wt = self.xp.permute_dims(w, (1, 0))
         if "bias" in self.slots:
             bias = inputs[self.slots["bias"]]
+            if bias is not None and tuple(bias.shape) not in ((wt.shape[1],), (1,), ()):
+                raise ShapeError(f"{self.op_type} {self.op_name!r}: bias has shape {tuple(bias.shape)}, expected "
+                                 f"({wt.shape[1]},) for a weight of shape ({wt.shape[1]}, {wt.shape[0]})")
         if x.ndim == 0 or x.shape[-1] != wt.shape[0]:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} does not fit "
                              f"the weight ({wt.shape[1]}, {wt.shape[0]}): expected last dimension {wt.shape[0]}")
