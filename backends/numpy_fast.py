@@ -41,6 +41,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 from typing import Any
 
@@ -235,13 +236,25 @@ _MKL_AT_IMPORT = os.environ.get("KUIPER_XP_MKL", "").strip().lower() in ("1", "t
 # and ours default to 1.
 
 def _env_threads() -> int | None:
-    env = os.environ.get("KUIPER_XP_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
-    return None
+    """``$KUIPER_XP_NUM_THREADS``: a positive integer, at most the CPUs this process may use (more
+    threads than CPUs only wait on each other: 1000 made a call 8x slower); a value that is not
+    one is ignored with a warning."""
+    env = os.environ.get("KUIPER_XP_NUM_THREADS", "").strip()
+    if not env:
+        return None
+    try:
+        n = int(env)
+    except ValueError:
+        n = 0
+    if n < 1:
+        warnings.warn(f"KUIPER_XP_NUM_THREADS={env!r} is not a positive integer: ignored", stacklevel=2)
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if n > cpus:
+        warnings.warn(f"KUIPER_XP_NUM_THREADS={n} is more than the {cpus} CPU(s) this process may use: "
+                      f"using {cpus}", stacklevel=2)
+        n = cpus
+    return n
 
 
 class _OpenBLAS:

@@ -194,7 +194,7 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 def _topk_lines(logits: np.ndarray, rows: Sequence[tuple[str, int]], k: int, limit: int = 20) -> list[str]:
     """``source: class (score) ...`` for the first ``limit`` rows of an (N, C) output."""
     a = np.asarray(logits)
-    if a.dtype.kind not in "fiu":
+    if a.dtype.kind not in "fiu" or a.shape[0] == 0:
         return []
     a = a.astype(np.float64)
     is_prob = bool(np.all(a >= 0) and np.allclose(a.sum(axis=1), 1.0, atol=1e-3))

@@ -138,6 +138,14 @@ def _check_numeric(a: np.ndarray, where: str) -> np.ndarray:
 def read_npy(path: str | os.PathLike) -> np.ndarray:
     """An ``.npy`` file (no pickles)."""
     try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise InputError(f"cannot read {os.fspath(path)}: {_one_line(exc)}") from None
+    if magic != b"\x93NUMPY":  # (numpy's own message for such a file is about pickles)
+        raise InputError(f"{os.fspath(path)} is not a .npy file (it does not start with numpy's magic "
+                         "bytes); write arrays with numpy.save")
+    try:
         a = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
         raise InputError(f"cannot read {os.fspath(path)} as .npy: {_one_line(exc)}") from None
@@ -431,6 +439,10 @@ def make_batches(samples: Sequence[Sample], batch_size: int, specs: Sequence[Spe
         cat = [np.concatenate([s.arrays[k] for s in group], axis=0) if len(group) > 1 else group[0].arrays[k]
                for k in range(len(specs))]
         total = len(rows)
+        if total == 0:  # inputs of 0 rows: the model runs once on them (outputs of 0 rows, as torch)
+            part = [np.concatenate([a, np.zeros((static,) + a.shape[1:], dtype=a.dtype)]) if static else a
+                    for a in cat]
+            yield Batch(part, 0, static or 0, [])
         for lo in range(0, total, size):
             hi = min(lo + size, total)
             part = [a[lo:hi] for a in cat]

@@ -217,6 +217,19 @@ def test_run_static_batch_pads_the_last_batch(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), torch.relu(torch.from_numpy(x)).numpy())
 
 
+@pytest.mark.parametrize("nc", [RELU_NC, RELU_STATIC2], ids=["dynamic", "static2"])
+def test_run_inputs_of_zero_rows(tmp_path, capsys, nc):
+    """A 0-row input runs once and writes a 0-row output (torch gives one), with no top-k lines
+    (it said "the model has 0 outputs" with -o, and printed an empty top-k list without)."""
+    model = _write_model(tmp_path, nc)
+    np.save(tmp_path / "x.npy", np.zeros((0, 5), np.float32))
+    assert main(["run", str(model), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy")]) == 0
+    assert np.load(tmp_path / "y.npy").shape == torch.relu(torch.zeros(0, 5)).shape
+    assert main(["run", str(model), "-i", str(tmp_path / "x.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "0 row(s)" in out and "(0, 5) float32" in out and "top-" not in out
+
+
 @pytest.mark.parametrize("layout", ["npz_names", "npz_positional", "two_files", "named"])
 def test_run_two_inputs_two_outputs(tmp_path, layout):
     model = _write_model(tmp_path, TWO_IN_TWO_OUT)

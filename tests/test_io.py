@@ -92,6 +92,14 @@ def test_pickled_npy_is_refused(tmp_path):
         kio.read_npy(tmp_path / "obj.npy")
 
 
+def test_npy_that_is_not_one_says_so(tmp_path):
+    """A text file named .npy: numpy's message would invite allow_pickle=True."""
+    (tmp_path / "x.npy").write_text("1 2 3\n")
+    with pytest.raises(InputError, match=r"x.npy is not a .npy file") as e:
+        kio.read_npy(tmp_path / "x.npy")
+    assert "pickle" not in str(e.value)
+
+
 def test_garbage_npz_is_an_input_error(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"PK not really a zip")
     with pytest.raises(InputError, match="bad.npz"):

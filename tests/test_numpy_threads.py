@@ -353,3 +353,22 @@ def test_a_product_under_the_scaled_threshold_is_not_split(monkeypatch):
             assert len(seen) == pieces and float(out[5, 7]) == 50.0, (scale, seen)
     finally:
         nf.set_num_threads(old)
+
+
+@pytest.mark.parametrize("value,expected,warning", [
+    ("1", 1, None), ("", None, None), ("abc", None, "not a positive integer"), ("-1", None, "not a positive integer"),
+    ("0", None, "not a positive integer"), ("100000", "cpus", "more than the"),
+])
+def test_env_thread_count_is_checked(monkeypatch, value, expected, warning):
+    """``KUIPER_XP_NUM_THREADS``: a bad value is ignored with a warning (it was ignored silently),
+    more than the CPUs is capped with one (1000 threads made each call 8x slower)."""
+    import warnings
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    monkeypatch.setenv("KUIPER_XP_NUM_THREADS", value)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = nf._env_threads()
+    assert got == (cpus if expected == "cpus" else expected)
+    texts = [str(w.message) for w in seen]
+    assert (warning is None and not texts) or any(warning in t for t in texts), texts

@@ -212,6 +212,21 @@ def test_not_utf8_names_the_line(tmp_path):
         parse_param(p)
 
 
+@pytest.mark.parametrize("name,data,pattern", [
+    ("m.pt", b"PK\x03\x04\x14\x00\x00\x08\x80\xff", r"m\.pt: a zip archive .*TorchScript .*pnnx model\.pt"),
+    ("m.pnnx.bin", b"PK\x03\x04\x14\x00\x00\x08\x80\xff", r"weights archive; pass the \.pnnx\.param .*m\.pnnx\.param"),
+    ("x.npy", b"\x93NUMPY\x01\x00v\x00{'descr': '<f4'\xff", r"a \.npy array, not a model"),
+    ("m.onnx", b"\x08\x07\x12\x07pytorch\xff\xfe", r"an ONNX model, not a \.pnnx\.param: convert it with pnnx"),
+])
+def test_binary_files_given_as_the_model_say_what_they_are(tmp_path, name, data, pattern):
+    """A TorchScript file, the weights archive, an input array or an ONNX model passed where the
+    .param goes: the error says what the file is and what to pass (it said "not UTF-8 text")."""
+    p = tmp_path / name
+    p.write_bytes(data)
+    with pytest.raises(ParamFormatError, match=pattern):
+        parse_param(p)
+
+
 def test_missing_param_file(tmp_path):
     with pytest.raises(ParamFormatError, match="file not found"):
         parse_param(tmp_path / "nope.pnnx.param")

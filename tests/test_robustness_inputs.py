@@ -68,7 +68,8 @@ def test_wrong_input_count(models):
         g2(X, b=X)
 
 
-@pytest.mark.parametrize("shape,hint", [((3, 2), ""), ((2, 3, 1), ""), ((6,), ""), ((1, 3), "static batch"),
+@pytest.mark.parametrize("shape,hint", [((3, 2), "dimensions 0, 1 fixed in the export"), ((2, 3, 1), ""),
+                                        ((6,), ""), ((1, 3), "static batch"), ((2, 4), "dimension 1 fixed"),
                                         ((), "")])
 def test_wrong_shape(models, shape, hint):
     g = kuiper_xp.load(models["chain"], backend="numpy")
@@ -89,8 +90,20 @@ def test_dynamic_dims_accept_any_size_but_not_a_wrong_static_dim(models):
 @pytest.mark.parametrize("dtype", ["float64", "float16", "int32", "int64", "bool", "complex64", "object", "<U3"])
 def test_wrong_dtype_is_an_input_error_on_every_backend(models, leg, dtype):
     g = kuiper_xp.load(models["chain"], backend=get_backend(*leg))
-    with pytest.raises(InputError, match=r"has dtype \S+, the model expects float32"):
+    with pytest.raises(InputError, match=r"has dtype \S+, the model expects float32") as e:
         g(np.zeros((2, 3), dtype=dtype))
+    assert "x.astype(numpy.float32)" in str(e.value)
+
+
+def test_run_takes_a_mapping(models):
+    """``Graph.run`` with an array (meant for ``g(x)``) says how to call it, not numpy's
+    truth-value error."""
+    g = kuiper_xp.load(models["two"], backend="numpy")
+    for bad in (np.zeros((1, 4), np.float32), [np.zeros((1, 4), np.float32)]):
+        with pytest.raises(InputError, match=r"run\(\) takes \{input name: array\} \(the names: \['a', 'b'\]\)"):
+            g.run(bad)
+    got = g.run({"a": np.zeros((1, 4), np.float32), "b": np.ones((2, 2), np.float32)})
+    assert sorted(got) == sorted(s.name for s in g.outputs)
 
 
 def test_big_endian_float32_is_accepted(models):

@@ -142,11 +142,32 @@ def parse_param(path: str | os.PathLike) -> Model:
                                      f"{limits.max_param_bytes}")
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        what = _binary_kind(raw, str(path))
+        if what:
+            raise ParamFormatError(what, str(path)) from None
         line = raw[: exc.start].count(b"\n") + 1
         raise ParamFormatError(f"not UTF-8 text (byte {exc.start})", str(path), line) from None
     except OSError as exc:
         raise ParamFormatError(f"cannot read: {exc}", str(path)) from None
     return parse_param_text(text, str(path))
+
+
+def _binary_kind(raw: bytes, path: str) -> str:
+    """What a binary file given as the model most likely is, with what to pass instead ("" when
+    unknown): a TorchScript ``.pt`` or a ``.pnnx.bin`` (zip archives), a ``.npy`` array, an ONNX
+    model."""
+    if raw.startswith(b"PK\x03\x04"):
+        if path.endswith(".pnnx.bin"):
+            return (f"this is the weights archive; pass the .pnnx.param beside it "
+                    f"({path[:-len('.pnnx.bin')]}.pnnx.param)")
+        return ("a zip archive (a TorchScript .pt or a .pnnx.bin), not a .pnnx.param: convert a .pt with "
+                "pnnx (pnnx model.pt inputshape=[1,3,224,224]) and pass the .pnnx.param it writes")
+    if raw.startswith(b"\x93NUMPY"):
+        return "a .npy array, not a model: pass the .pnnx.param first and the arrays as inputs"
+    if path.lower().endswith(".onnx"):
+        return ("an ONNX model, not a .pnnx.param: convert it with pnnx (pnnx model.onnx "
+                "inputshape=[1,3,224,224]) and pass the .pnnx.param it writes")
+    return ""
 
 
 #: operator types of ncnn's own .param format (the file pnnx writes beside model.pnnx.param);

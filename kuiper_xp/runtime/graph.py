@@ -40,6 +40,8 @@ from .topo import topological_order
 __all__ = ["Graph", "GraphState", "TensorSpec", "RuntimeOperator", "LayerRuntimeError", "load"]
 
 _NUMPY_NAMES: dict[Any, str] = {}  # numpy dtype -> its name
+#: dtype names a numpy cast hint can spell as ``numpy.<name>``
+_NUMPY_CASTS = frozenset({"float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool"})
 
 _PORTS = ("pnnx.Input", "pnnx.Output")
 _TUPLE = "prim::TupleConstruct"
@@ -587,6 +589,11 @@ class Graph:
                 if (not self._dynamic and len(shape) == len(exp) and shape[1:] == tuple(exp[1:])):
                     hint = (" (the model was exported with a static batch; export it with pnnx's "
                             "inputs2= to make the batch dynamic)")
+                elif len(shape) == len(exp):
+                    fixed = [d for d, (e, s) in enumerate(zip(exp, shape)) if e is not None and e != s]
+                    hint = (f" (dimension{'s' if len(fixed) > 1 else ''} {', '.join(map(str, fixed))} "
+                            "fixed in the export: give pnnx's inputs2= another size in every dimension "
+                            "meant to vary)")
                 raise InputError(f"input {k} ({spec.name}) has shape {shape}, the model expects {spec}{hint}")
         if is_numpy:  # ('>f4' is float32; dtype.name is a slow property: a cache by dtype)
             dname = _NUMPY_NAMES.get(x.dtype)
@@ -595,7 +602,8 @@ class Graph:
         else:
             dname = _dtype_name(x.dtype)
         if spec.dtype is not None and dname != spec.dtype:
-            raise InputError(f"input {k} ({spec.name}) has dtype {dname}, the model expects {spec.dtype}")
+            cast = f" (cast it: x.astype(numpy.{spec.dtype}))" if is_numpy and spec.dtype in _NUMPY_CASTS else ""
+            raise InputError(f"input {k} ({spec.name}) has dtype {dname}, the model expects {spec.dtype}{cast}")
         if not is_numpy:
             return x
         if not x.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file)
@@ -801,6 +809,9 @@ class Graph:
         """Like :meth:`forward` with named inputs; returns ``{output name: array}``. Where names
         would collide (an output returned twice, the items of a returned list), every key carries
         the output's position: ``name#k``."""
+        if feeds is not None and not isinstance(feeds, dict):
+            raise InputError(f"run() takes {{input name: array}} (the names: {[s.name for s in self.inputs]}), "
+                             f"not a {type(feeds).__name__}; for inputs by position call the graph: g(x)")
         outs = self.forward(**(feeds or {}), **named)
         names = [spec.name for spec in self.outputs]
         if len(names) != len(outs) or len(set(names)) != len(names):
