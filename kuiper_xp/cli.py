@@ -215,8 +215,16 @@ def _topk_lines(logits: np.ndarray, rows: Sequence[tuple[str, int]], k: int, lim
 
 
 def _check_output_path(path: str | None) -> None:
-    if path is not None and Path(path).suffix.lower() not in (".npy", ".npz"):
+    """Refuse an --output the run could not write, before the model loads and runs."""
+    if path is None:
+        return
+    if Path(path).suffix.lower() not in (".npy", ".npz"):
         raise UsageError(f"--output {path}: the file must end in .npy (one output) or .npz")
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise UsageError(f"--output {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"--output {path}: the directory {parent} is not writable")
 
 
 # -- run ----------------------------------------------------------------------------------------------

@@ -90,6 +90,8 @@ def test_reshape_of_a_permuted_view(backend):
 @pytest.mark.parametrize("params,n_in,extra,match", [
     ("shape=(7,-1)", 1, (), r"\(2, 3, 4, 5\).*120.*\(7, -1\)"),
     ("shape=(-1,-1)", 1, (), "only one -1"),
+    ("shape=(-2,-1,5)", 1, (), "only one -1"),
+    ("shape=(-7,4,5)", 1, (), r"\(-7, 4, 5\) \(-7: 7 times the dynamic size\)"),
     ("shape=(2,3,4)", 1, (), r"24 elements"),
     ("", 2, ([7, -1],), r"\(7, -1\)"),
     ("", 2, ([2.5, -1],), "integer"),
@@ -99,6 +101,15 @@ def test_reshape_errors_name_op_and_sizes(backend, params, n_in, extra, match):
     with pytest.raises(ShapeError, match=match) as info:
         run(backend, layer, X4, *extra)
     assert "Tensor.reshape 'op'" in str(info.value)
+
+
+def test_reshape_reads_pnnx_minus_k_as_k_times_the_dynamic_size(backend):
+    """pnnx writes ``batch * heads`` of a dynamic batch as ``-heads``: DistilBERT's attention mask
+    at a fixed length came out ``shape=(-4,16,16)`` (its own Python fails on it); torch's result
+    is the reshape to ``(batch * 4, 16, 16)``."""
+    x = np.arange(2 * 4 * 16 * 16, dtype=np.float32).reshape(2, 4, 16, 16)
+    check_all(run(backend, make_layer(backend, "Tensor.reshape", "shape=(-4,16,16)"), x),
+              ref(lambda t: t.reshape(-1, 16, 16), x), "reshape (-4,16,16)")
 
 
 # -- permutations --------------------------------------------------------------------------------------

@@ -218,6 +218,18 @@ def test_unknown_operator_types_get_near_spellings(tmp_path):
     assert isinstance(e.value, NotImplementedError)
 
 
+def test_swapped_letters_and_scripted_control_flow_get_hints(tmp_path):
+    """``F.rleu`` gets its near spelling; ``prim::If`` (a torch.jit.script model) says to export
+    the traced module."""
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "F.rleu r 1 1 0 1", "prim::If c 1 1 1 2",
+                               "pnnx.Output out 1 0 2"])
+    with pytest.raises(UnsupportedOperatorError) as e:
+        load(p)
+    msg = str(e.value)
+    assert "F.rleu: did you mean F.relu" in msg, msg
+    assert "control flow of a torch.jit.script model" in msg and "pnnx.export" in msg, msg
+
+
 def test_missing_magic_line(tmp_path):
     p = tmp_path / "m.pnnx.param"
     p.write_text("2 1\npnnx.Input in 0 1 0\npnnx.Output out 1 0 0\n")

@@ -14,6 +14,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from kuiper_xp.pnnx.ir import Operator
 
 
+
+def _one_swap(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with two adjacent characters swapped."""
+    if len(a) != len(b) or a == b:
+        return False
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+
 class RegistryError(KuiperXPError, ValueError):
     """Registering a type name twice, or registering something that is not a layer."""
 
@@ -74,13 +82,20 @@ class LayerRegistry:
         keys: dict[str, str] = {}
         for t in self._creators:
             keys.setdefault(t.lower().replace("_", ""), t)
-        close = difflib.get_close_matches(type_name.lower().replace("_", ""), list(keys), n=n, cutoff=0.85)
-        return [keys[k] for k in close]
+        q = type_name.lower().replace("_", "")
+        swapped = [t for k, t in keys.items() if _one_swap(q, k)]  # (difflib rates F.rleu far from F.relu)
+        close = difflib.get_close_matches(q, list(keys), n=n, cutoff=0.85)
+        return (swapped + [keys[k] for k in close if keys[k] not in swapped])[:n]
 
     def missing_message(self, types: Iterable[str]) -> str:
         """The closing lines of an unsupported-operator error: near spellings, and where the
         supported types are listed."""
+        types = list(types)
         hints = [f"  {t}: did you mean {', '.join(near)}?" for t in types if (near := self.near(t))]
+        if {"prim::If", "prim::Loop"} & set(types):
+            hints.append("  prim::If / prim::Loop: control flow of a torch.jit.script model; kuiper-xp runs "
+                         "traced graphs: export the module itself with pnnx.export (it traces it; branches "
+                         "and loop counts are then fixed by the example inputs)")
         return ("\n".join(hints) + "\n" if hints else "") + (
             f"{len(self._creators)} types are supported (docs/operators.md, "
             "kuiper_xp.layers.registry.types())")

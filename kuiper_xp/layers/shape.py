@@ -122,16 +122,20 @@ def dtype_name(dt: Any) -> str:
 
 
 def _resolve_shape(target: Sequence[int], numel: int, in_shape: tuple[int, ...], who: str) -> tuple[int, ...]:
-    """torch's view/reshape rule: at most one -1, inferred; every other size >= 0."""
-    neg = [i for i, s in enumerate(target) if s == -1]
-    if len(neg) > 1 or any(s < -1 for s in target):
+    """torch's view/reshape rule: at most one -1, inferred; every other size >= 0. One exception:
+    pnnx writes ``batch * heads`` of a dynamic batch as ``-heads`` (``(-4,16,16)``: DistilBERT's
+    mask reshaped for ``nn.MultiheadAttention`` at a fixed length; its own Python fails on it), so
+    a single ``-k`` with no -1 beside it is inferred too, and must come out a multiple of k."""
+    neg = [i for i, s in enumerate(target) if s < 0]
+    if len(neg) > 1:
         raise ShapeError(f"{who}: invalid target shape {tuple(target)} (only one -1 allowed, no other "
                          f"negative sizes)")
-    known = math.prod(s for s in target if s != -1)
+    known = math.prod(s for s in target if s >= 0)
     if neg:
-        if known == 0 or numel % known:
+        k = -target[neg[0]]
+        if known == 0 or numel % known or (numel // known) % k:
             raise ShapeError(f"{who}: cannot reshape an input of shape {in_shape} ({numel} elements) to "
-                             f"{tuple(target)}")
+                             f"{tuple(target)}" + (f" (-{k}: {k} times the dynamic size)" if k > 1 else ""))
         t = list(target)
         t[neg[0]] = numel // known
         return tuple(t)
