@@ -400,6 +400,23 @@ def test_index_select_and_gather(backend, tmp_path):
     run_one_op(backend, tmp_path / "g", "torch.gather", [x, gi], t2n(e), params="dim=0", keys=["input", "index"])
 
 
+@pytest.mark.parametrize("op_type,bad", [("torch.gather", -1), ("torch.gather", 6), ("torch.index_select", -1),
+                                         ("torch.index_select", 6)])
+def test_index_select_and_gather_refuse_out_of_range_indices(backend, tmp_path, op_type, bad):
+    """torch raises for an index outside [0, size) (negative ones included); -1 used to wrap
+    silently (numpy's take), 6 failed inside numpy, and CuPy's take would wrap both."""
+    x = randn(3, 6)
+    idx = np.array([0, bad], np.int64) if op_type == "torch.index_select" else np.array([[0, bad]], np.int64)
+    with pytest.raises(RuntimeError):
+        (torch.index_select if op_type == "torch.index_select" else torch.gather)(torch.from_numpy(x), 1,
+                                                                                  torch.from_numpy(idx))
+    param = one_op_param(tmp_path, op_type, [x, idx], [np.zeros((3, 2) if idx.ndim == 1 else (1, 2), np.float32)],
+                         "dim=1", None, ["input", "index"])
+    g = kuiper_xp.load(param, backend=backend)
+    with pytest.raises(kuiper_xp.errors.ShapeError, match=rf"{op_type} 'op'.*index {bad} is out of range for a dimension of size 6"):
+        g(x, idx)
+
+
 # ---- errors -----------------------------------------------------------------------------------
 
 

@@ -667,6 +667,23 @@ class TopK(Layer):
         return xp.take_along_axis(x, idx, axis=axis), idx
 
 
+def index_array(xp: Any, index: Any, n: int, where: str, negative: bool, what: str = "index") -> Any:
+    """``index`` as int64 in [0, n): negative entries wrap when ``negative``, anything else out of
+    range is a ShapeError naming the operator."""
+    if not hasattr(index, "dtype") or not xp.isdtype(index.dtype, "integral"):
+        raise ShapeError(f"{where}: {what} must be an integer tensor, found "
+                         f"{getattr(index, 'dtype', type(index).__name__)}")
+    index = xp.astype(index, xp.int64, copy=False)
+    if index.size:
+        lo, hi = int(xp.min(index)), int(xp.max(index))
+        if hi >= n or lo < (-n if negative else 0):
+            bad = hi if hi >= n else lo
+            raise ShapeError(f"{where}: {what} {bad} is out of range for a dimension of size {n}")
+        if negative and lo < 0:
+            index = xp.where(index < 0, index + n, index)
+    return index
+
+
 class _IndexOp(Layer):
     """An operator with ``input`` and ``index`` inputs and a ``dim`` parameter."""
 
@@ -693,7 +710,9 @@ class IndexSelect(_IndexOp):
             index = xp.reshape(index, (1,))
         if x.ndim == 0:
             return x
-        return xp.take(x, xp.astype(index, xp.int64), axis=self.dim % x.ndim)
+        axis = self.dim % x.ndim
+        index = index_array(xp, index, x.shape[axis], f"{self.op_type} {self.op_name!r}", negative=False)
+        return xp.take(x, index, axis=axis)
 
 
 @register("torch.gather")
@@ -713,7 +732,8 @@ class Gather(_IndexOp):
             raise ShapeError(f"gather: index shape {tuple(index.shape)} exceeds input shape {tuple(x.shape)} "
                              f"outside dim {axis}")
         sl = tuple(slice(None) if a == axis else slice(0, index.shape[a]) for a in range(x.ndim))
-        return xp.take_along_axis(x[sl], xp.astype(index, xp.int64), axis=axis)
+        index = index_array(xp, index, x.shape[axis], f"{self.op_type} {self.op_name!r}", negative=False)
+        return xp.take_along_axis(x[sl], index, axis=axis)
 
 
 # ---------------------------------------------------------------------------------------------

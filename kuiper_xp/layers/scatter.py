@@ -45,7 +45,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
 from .indexing import advanced_index
-from .misc import binary_operands, input_slots, is_float, to_float, to_int
+from .misc import binary_operands, index_array, input_slots, is_float, to_float, to_int
 from .registry import register
 
 _REDUCES = ("sum", "prod", "mean", "amax", "amin")
@@ -79,23 +79,6 @@ def _axis(dim: int, ndim: int, where: str, what: str = "dim") -> int:
     if not -n <= dim < n:
         raise ShapeError(f"{where}: {what}={dim} is out of range for a {ndim}-D input")
     return dim % n
-
-
-def _index_array(xp: Any, index: Any, n: int, where: str, negative: bool, what: str = "index") -> Any:
-    """``index`` as int64 in [0, n): negative entries wrap when ``negative``, anything else out of
-    range is a ShapeError naming the operator."""
-    if not hasattr(index, "dtype") or not xp.isdtype(index.dtype, "integral"):
-        raise ShapeError(f"{where}: {what} must be an integer tensor, found "
-                         f"{getattr(index, 'dtype', type(index).__name__)}")
-    index = xp.astype(index, xp.int64)
-    if index.size:
-        lo, hi = int(xp.min(index)), int(xp.max(index))
-        if hi >= n or lo < (-n if negative else 0):
-            bad = hi if hi >= n else lo
-            raise ShapeError(f"{where}: {what} {bad} is out of range for a dimension of size {n}")
-        if negative and lo < 0:
-            index = xp.where(index < 0, index + n, index)
-    return index
 
 
 def _combine(xp: Any, a: Any, b: Any, reduce: str) -> Any:
@@ -230,16 +213,16 @@ def _scatter_along(xp: Any, x: Any, axis: int, index: Any, src: Any, reduce: str
             raise ShapeError(f"{where}: index shape {tuple(index.shape)} exceeds src shape {tuple(src.shape)} "
                              f"or input shape {tuple(x.shape)} (outside dim {axis})")
     if x.ndim == 0:
-        x1 = segment_scatter(xp, xp.reshape(x, (1,)), xp.reshape(_index_array(xp, index, 1, where, False), (1,)),
+        x1 = segment_scatter(xp, xp.reshape(x, (1,)), xp.reshape(index_array(xp, index, 1, where, False), (1,)),
                              xp.reshape(_value_like(xp, src, x, device, where), (1,)), reduce, include_self, device,
                              fast)
         return xp.reshape(x1, ())
     column = _axis_only_index(index, axis, tuple(x.shape), tuple(src.shape))
     if column is not None:  # whole slices along ``axis``: no flat positions to build
-        column = _index_array(xp, column, x.shape[axis], where, negative=False)
+        column = index_array(xp, column, x.shape[axis], where, negative=False)
         src = _value_like(xp, src[tuple(slice(0, s) for s in index.shape)], x, device, where)
         return segment_scatter(xp, x, column, src, reduce, include_self, device, fast, axis=axis)
-    index = _index_array(xp, index, x.shape[axis], where, negative=False)
+    index = index_array(xp, index, x.shape[axis], where, negative=False)
     src = _value_like(xp, src[tuple(slice(0, s) for s in index.shape)], x, device, where)
     pos = _dim_positions(xp, tuple(x.shape), axis, index, device)
     out = segment_scatter(xp, xp.reshape(x, (-1,)), xp.reshape(pos, (-1,)), xp.reshape(src, (-1,)),
@@ -389,7 +372,7 @@ class IndexAdd(_Named):
             raise ShapeError(f"{self.where}: index must be 0-D or 1-D, found shape {tuple(index.shape)}")
         index = xp.reshape(index, (-1,))
         n = x.shape[axis] if x.ndim else 1
-        index = _index_array(xp, index, n, self.where, negative=False)
+        index = index_array(xp, index, n, self.where, negative=False)
         if x.ndim == 0 or source.ndim == 0:  # (0-D with 0-D only, as in torch: one entry)
             if x.ndim != source.ndim:
                 raise ShapeError(f"{self.where}: source of shape {tuple(source.shape)} does not match input "
@@ -421,7 +404,7 @@ def _long_index(xp: Any, index: Any, n: int, where: str, negative: bool) -> Any:
                          f"{getattr(index, 'dtype', type(index).__name__)}")
     if index.ndim > 1:
         raise ShapeError(f"{where}: index must be 0-D or 1-D, found shape {tuple(index.shape)}")
-    return _index_array(xp, xp.reshape(index, (-1,)), n, where, negative=negative)
+    return index_array(xp, xp.reshape(index, (-1,)), n, where, negative=negative)
 
 
 def _dim_index(layer, x, dim, index, negative: bool):
@@ -584,14 +567,14 @@ class TakeAlongDim(_Named):
         xp = self.xp
         if dim is None:
             flat = xp.reshape(x, (-1,))
-            idx = _index_array(xp, xp.reshape(indices, (-1,)), flat.shape[0], self.where, negative=False,
+            idx = index_array(xp, xp.reshape(indices, (-1,)), flat.shape[0], self.where, negative=False,
                                what="indices")
             return xp.take(flat, idx, axis=0)
         if indices.ndim != x.ndim:
             raise ShapeError(f"{self.where}: input and indices should have the same number of dimensions, "
                              f"found {x.ndim} and {indices.ndim}")
         axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
-        idx = _index_array(xp, indices, x.shape[axis], self.where, negative=True, what="indices")
+        idx = index_array(xp, indices, x.shape[axis], self.where, negative=True, what="indices")
         shape = []
         for a, (p, q) in enumerate(zip(x.shape, idx.shape)):
             if a != axis and p != q and 1 not in (p, q):
@@ -819,7 +802,7 @@ class SearchSorted(_Named):
             if tuple(sorter.shape) != tuple(seq.shape):
                 raise ShapeError(f"{self.where}: sorter of shape {tuple(sorter.shape)} does not match the "
                                  f"sequence {tuple(seq.shape)}")
-            idx = _index_array(xp, sorter, seq.shape[-1], self.where, negative=False, what="sorter")
+            idx = index_array(xp, sorter, seq.shape[-1], self.where, negative=False, what="sorter")
             seq = xp.take_along_axis(seq, idx, axis=seq.ndim - 1)
         seq, x = _common(xp, seq, x)
         sd = "right" if right else "left"
