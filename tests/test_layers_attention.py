@@ -201,6 +201,19 @@ def test_mm_bmm_addmm_baddbmm(backend, tmp_path):
                keys=["input", "batch1", "batch2"])
 
 
+@pytest.mark.parametrize("c_shape", [(5,), (1, 5), (3, 5), (3, 1), ()])
+def test_addmm_bias_added_in_place_matches_torch(backend, tmp_path, c_shape):
+    """beta = alpha = 1 with a broadcasting bias (GPT-2's Conv1D): the sum is made in the fresh
+    product; the operands are left as they were."""
+    a, b, c = _x(3, 4), _x(4, 5), _x(*c_shape) if c_shape else np.float32(0.25)
+    c = np.asarray(c, np.float32)
+    keep = [a.copy(), b.copy(), c.copy()]
+    e = torch.addmm(torch.from_numpy(c), torch.from_numpy(a), torch.from_numpy(b))
+    run_one_op(backend, tmp_path, "torch.addmm", [c, a, b], t2n(e), keys=["input", "mat1", "mat2"])
+    for before, now in zip(keep, (a, b, c)):
+        np.testing.assert_array_equal(before, now)
+
+
 @pytest.mark.parametrize("eq,shapes", [
     ("ij,jk->ik", [(3, 4), (4, 5)]), ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij->ji", [(3, 4)]),
     ("ij->", [(3, 4)]), ("i,j->ij", [(3,), (4,)]), ("...ij,...jk", [(2, 3, 4), (4, 5)]),

@@ -452,9 +452,15 @@ class BatchMatMul(_Product):
 
 class _AddProduct(_Product):
     def _add(self, c: Any, ab: Any) -> Any:
+        """``beta * c + alpha * ab``; ``ab`` is the product just made (a fresh array), so a bias
+        of its dtype that broadcasts to it is added in place (GPT-2's ``Conv1D`` is an addmm)."""
         if self.alpha != 1.0:
             ab = ab * self.alpha
         if self.beta == 0.0:  # torch ignores input (even NaN) when beta is 0
+            return ab
+        if (self.beta == 1.0 and getattr(c, "dtype", None) == ab.dtype and c.ndim <= ab.ndim
+                and all(d in (1, e) for d, e in zip(reversed(c.shape), reversed(ab.shape)))):
+            ab += c
             return ab
         c, ab = promote(self.xp, c, ab)
         return ab + (c * self.beta if self.beta != 1.0 else c)
