@@ -4264,6 +4264,14 @@ def grid_sample_bilinear(x, grid, padding: str, align: bool) -> np.ndarray | Non
     return None if y is None else y.reshape(n, c, ho, wo)
 
 
+#: gather_taps reads the whole batch at once (by flat positions) when an image has at most this
+#: many channel-points: image by image it was 2-20x slower on (N, 1, L) lookups and 1.9x on
+#: (64, 8, 100); at (4, 64, 4096) the per-image reads (one index for all channels) were 1.8x faster
+GATHER_BATCHED_MAX = 8192
+#: elements per block of images read at once by that path
+GATHER_BATCHED_BLOCK = 1 << 16
+
+
 def gather_taps(flat, taps) -> np.ndarray | None:
     """``sum_t flat[n, :, idx_t[n]] * w_t[n]`` for ``flat`` (N, C, P) and taps of (N, L) int64
     indices and (N, L) weights (grid_sample's 1, 4 or 16 reads): per image, one ``np.take``
@@ -4272,9 +4280,30 @@ def gather_taps(flat, taps) -> np.ndarray | None:
     for torch on a (64, 64, 64) bilinear sample). None for other array types."""
     if type(flat) is not np.ndarray or not all(type(i) is np.ndarray and type(w) is np.ndarray for i, w in taps):
         return None
-    n, c, _ = flat.shape
+    n, c, p = flat.shape
     length = taps[0][0].shape[1]
     y = _out((n, c, length), np.result_type(flat, taps[0][1]))
+    if c * length <= GATHER_BATCHED_MAX and n > 1:
+        # many small images (RAFT's correlation lookup: N*H*W "images" of one channel and 25-49
+        # points): one read of a block of images per tap, by flat positions (2.55 ms for a
+        # (256, 1, 8, 8) lookup of 5x5 points image by image, torch 0.015; 0.1 or so this way)
+        src = np.ascontiguousarray(flat).reshape(-1)
+        step = max(1, GATHER_BATCHED_BLOCK // (c * length))
+
+        def block(k0, k1):
+            for i0 in range(k0 * step, min(n, k1 * step), step):
+                i1 = min(n, i0 + step)
+                base = (np.arange(i0 * c, i1 * c, dtype=np.intp) * p).reshape(i1 - i0, c, 1)
+                acc = y[i0:i1]
+                for t, (idx, wt) in enumerate(taps):
+                    v = np.take(src, base + idx[i0:i1, None, :], mode="clip")  # (indices in range)
+                    v *= wt[i0:i1, None, :]
+                    if t:
+                        acc += v
+                    else:
+                        acc[...] = v
+        _parallel(block, -(-n // step), n * c * length * len(taps))
+        return y
     pieces = max(1, -(-_threads_now() // n))  # few images: their positions split over the threads
     span = -(-length // pieces)
 

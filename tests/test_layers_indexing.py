@@ -331,10 +331,16 @@ def test_scatter_duplicates_fast_and_generic_agree():
     np.testing.assert_array_equal(got["array_api_strict"], want)
 
 
+@pytest.mark.parametrize("cases", [
+    [(1, 5, 9, 11, 7, 13), (3, 5, 9, 11, 7, 13)],  # image by image; a batch of small images read at once
+    [(40, 1, 8, 8, 5, 5)],  # RAFT's lookup: many one-channel images, a few points each
+    [(2, 40, 9, 11, 16, 16)],  # more channel-points per image than GATHER_BATCHED_MAX: image by image
+], ids=["small", "raft", "wide"])
 @pytest.mark.parametrize("mode,pad", [("bilinear", "zeros"), ("bicubic", "reflection"), ("nearest", "border")])
-def test_grid_sample_numpy_gather_is_the_generic_path(monkeypatch, mode, pad):
+def test_grid_sample_numpy_gather_is_the_generic_path(monkeypatch, mode, pad, cases):
     """The numpy gather (np.take per image, positions split over the threads when images are
-    few) gives the generic take_along_axis path's bits, at batch 1 and 3."""
+    few; blocks of images read at once by flat positions when each is small) gives the generic
+    take_along_axis path's bits."""
     from kuiper_xp.backends import get_backend
 
     be = get_backend("numpy")
@@ -342,9 +348,9 @@ def test_grid_sample_numpy_gather_is_the_generic_path(monkeypatch, mode, pad):
     layer = make_layer(be, f"F.grid_sample gs 2 1 0 1 2 align_corners=True mode={mode} padding_mode={pad} "
                            "$input=0 $grid=1", 2)
     rng = np.random.default_rng(5)
-    for n in (1, 3):
-        x = rng.standard_normal((n, 5, 9, 11)).astype(np.float32)
-        g = (rng.random((n, 7, 13, 2)) * 2.6 - 1.3).astype(np.float32)
+    for n, c, h, w, ho, wo in cases:
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        g = (rng.random((n, ho, wo, 2)) * 2.6 - 1.3).astype(np.float32)
         old = be.fast.set_num_threads(2)
         try:
             with be.fast.compute_scope():
