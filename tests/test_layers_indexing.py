@@ -43,9 +43,10 @@ def _r(*shape, seed=0):
 
 
 # name -> (module, inputs, types the export must contain)
-def _theta(n):
-    """n different 2x3 affine matrices near the identity."""
-    base = torch.tensor([[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]])
+def _theta(n, dims=2):
+    """n different 2x3 (3x4 for dims=3) affine matrices near the identity."""
+    base = (torch.tensor([[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]]) if dims == 2 else
+            torch.tensor([[0.9, 0.2, -0.1, 0.1], [-0.2, 1.1, 0.05, 0.0], [0.1, -0.1, 0.95, -0.2]]))
     return base + 0.05 * torch.arange(n, dtype=torch.float32).view(n, 1, 1)
 
 
@@ -106,6 +107,15 @@ CASES = {
         Fn(lambda s, x, g, mode=mode, pad=pad, align=align: F.grid_sample(x, g, mode, pad, align)),
         (_r(2, 3, 5, 7), torch.rand(2, 4, 6, 2, generator=_g(1)) * 3 - 1.5), {"F.grid_sample"})
        for mode in ("bilinear", "nearest", "bicubic") for pad in ("zeros", "border", "reflection") for align in (False, True)},
+    # volumes (VoxelMorph's spatial transformer): trilinear / nearest reads of a 5-D input
+    **{f"grid3d_{mode}_{pad}_{int(align)}": (
+        Fn(lambda s, x, g, mode=mode, pad=pad, align=align: F.grid_sample(x, g, mode, pad, align)),
+        (_r(2, 3, 4, 5, 6), torch.rand(2, 3, 4, 5, 3, generator=_g(2)) * 3 - 1.5), {"F.grid_sample"})
+       for mode in ("bilinear", "nearest") for pad in ("zeros", "border", "reflection") for align in (False, True)},
+    "stn3d_dynamic": (Fn(lambda s, x, t: F.grid_sample(x, F.affine_grid(t, x.size(), align_corners=True),
+                                                        align_corners=True)),
+                      (_r(2, 2, 4, 6, 5), _theta(2, 3)), {"F.grid_sample", "F.affine_grid"},
+                      (_r(3, 2, 4, 6, 5, seed=1), _theta(3, 3))),
     "stn": (Fn(lambda s, x, t: F.grid_sample(x, F.affine_grid(t, (2, 3, 6, 5), align_corners=False),
                                               align_corners=False)),
             (_r(2, 3, 8, 8), torch.tensor([[[0.8, 0.3, 0.1], [-0.2, 1.1, 0.0]], [[1.0, 0.0, 0.5], [0.0, 0.5, -0.3]]])),
@@ -364,6 +374,20 @@ def test_grid_sample_numpy_gather_is_the_generic_path(monkeypatch, mode, pad, ca
         np.testing.assert_array_equal(fast, generic)
         want = F.grid_sample(torch.from_numpy(x), torch.from_numpy(g), mode=mode, padding_mode=pad, align_corners=True)
         assert_close(fast, want.numpy(), rtol=1e-5)
+
+
+def test_grid_sample_volume_errors(backend):
+    """Bicubic on a volume is refused, as torch refuses it; a grid of the wrong rank names both
+    forms."""
+    x = backend.asarray(np.zeros((1, 2, 3, 4, 5), np.float32))
+    with pytest.raises(RuntimeError):
+        F.grid_sample(torch.zeros(1, 2, 3, 4, 5), torch.zeros(1, 2, 2, 2, 3), mode="bicubic", align_corners=False)
+    layer = make_layer(backend, "F.grid_sample gs 2 1 0 1 2 align_corners=False mode=bicubic padding_mode=zeros "
+                                "$input=0 $grid=1", 2)
+    with pytest.raises(ShapeError, match="bicubic needs a 4-D input"):
+        layer(x, backend.asarray(np.zeros((1, 2, 2, 2, 3), np.float32)))
+    with pytest.raises(ShapeError, match=r"or input \(N, C, D, H, W\) and grid \(N, Do, Ho, Wo, 3\)"):
+        layer(x, backend.asarray(np.zeros((1, 2, 2, 2), np.float32)))
 
 
 @pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])

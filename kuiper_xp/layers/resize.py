@@ -483,10 +483,11 @@ def _reflect(xp: Any, c: Any, twice_low: int, twice_high: int) -> Any:
 
 @register("F.grid_sample")
 class GridSample(Layer):
-    """``F.grid_sample(input, grid)`` for 4-D inputs: ``grid`` (N, Ho, Wo, 2) holds (x, y) in
-    [-1, 1]; modes ``bilinear``, ``nearest`` (round half to even, as torch) and ``bicubic``
-    (torch's cubic convolution, A = -0.75, over 4x4 taps each padded on its own); padding
-    ``zeros``, ``border`` or ``reflection``; ``align_corners`` either way. pnnx: ``F.grid_sample
+    """``F.grid_sample(input, grid)``: ``grid`` (N, Ho, Wo, 2) holds (x, y) in [-1, 1]; modes
+    ``bilinear``, ``nearest`` (round half to even, as torch) and ``bicubic`` (torch's cubic
+    convolution, A = -0.75, over 4x4 taps each padded on its own); padding ``zeros``, ``border``
+    or ``reflection``; ``align_corners`` either way. 5-D inputs (a volume, grid (N, Do, Ho, Wo, 3)
+    of (x, y, z): VoxelMorph's spatial transformer) take trilinear or nearest reads. pnnx: ``F.grid_sample
     ... align_corners=False mode=bilinear padding_mode=zeros $input=0 $grid=1``."""
 
     def __init__(self, ctx: BuildContext, mode: str, padding: str, align: bool, pos: dict[str, int], where: str):
@@ -529,9 +530,12 @@ class GridSample(Layer):
     def forward(self, *inputs: Any) -> Any:
         xp = self.xp
         x, grid = inputs[self.pos["input"]], inputs[self.pos["grid"]]
+        if x.ndim == 5 and grid.ndim == 5 and grid.shape[-1] == 3 and grid.shape[0] == x.shape[0]:
+            return self._volumetric(x, grid)
         if x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2 or grid.shape[0] != x.shape[0]:
-            raise ShapeError(f"{self.where}: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), found "
-                             f"{tuple(x.shape)} and {tuple(grid.shape)}")
+            raise ShapeError(f"{self.where}: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), or input "
+                             f"(N, C, D, H, W) and grid (N, Do, Ho, Wo, 3); found {tuple(x.shape)} and "
+                             f"{tuple(grid.shape)}")
         if self.mode == "bilinear":
             fast = getattr(self.backend.fast, "grid_sample_bilinear", None)
             y = None if fast is None else fast(x, grid, self.padding, self.align)
@@ -572,20 +576,60 @@ class GridSample(Layer):
             tap(y0, x0 + 1, ey * fx)
             tap(y0 + 1, x0, fy * ex)
             tap(y0 + 1, x0 + 1, fy * fx)
+        return xp.reshape(self._gather(flat, taps), (n, c, ho, wo))
+
+    def _gather(self, flat: Any, taps: list[tuple[Any, Any]]) -> Any:
+        """``sum_t flat[n, :, idx_t[n]] * w_t[n]`` over the taps ((N, L) flat indices and weights)."""
+        xp = self.xp
         fast = getattr(self.backend.fast, "gather_taps", None)
         y = None if fast is None else fast(flat, taps)
         if y is None:
+            n, c = flat.shape[0], flat.shape[1]
             for idx, wt in taps:
-                v = xp.take_along_axis(flat, xp.broadcast_to(idx[:, None, :], (n, c, ho * wo)), axis=2)
+                v = xp.take_along_axis(flat, xp.broadcast_to(idx[:, None, :], (n, c, idx.shape[1])), axis=2)
                 v = v * wt[:, None, :]
                 y = v if y is None else y + v
-        return xp.reshape(y, (n, c, ho, wo))
+        return y
+
+    def _volumetric(self, x: Any, grid: Any) -> Any:
+        """The 5-D form: ``grid`` (N, Do, Ho, Wo, 3) holds (x, y, z); ``bilinear`` is trilinear
+        (8 taps), ``nearest`` rounds half to even; torch has no bicubic here."""
+        xp = self.xp
+        if self.mode == "bicubic":
+            raise ShapeError(f"{self.where}: mode bicubic needs a 4-D input (torch refuses it on 5-D too)")
+        n, c, d, h, w = x.shape
+        do, ho, wo = grid.shape[1], grid.shape[2], grid.shape[3]
+        grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
+        g = [xp.reshape(grid[..., k], (n, do * ho * wo)) for k in range(3)]  # x, y, z
+        flat = xp.reshape(x, (n, c, d * h * w))
+        taps: list[tuple[Any, Any]] = []
+        zero = xp.zeros((), dtype=x.dtype, device=self.device)
+
+        def tap(zz: Any, yy: Any, xx: Any, weight: Any = None) -> None:
+            ok = (xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1) & (zz >= 0) & (zz <= d - 1)
+            inside = xp.astype(ok, x.dtype)
+            pos = (xp.clip(zz, 0, d - 1) * h + xp.clip(yy, 0, h - 1)) * w + xp.clip(xx, 0, w - 1)
+            idx = xp.astype(xp.where(ok, pos, zero), xp.int64)
+            taps.append((idx, inside if weight is None else inside * weight))
+
+        ix, iy, iz = self._source(g[0], w), self._source(g[1], h), self._source(g[2], d)
+        if self.mode == "nearest":
+            tap(xp.round(iz), xp.round(iy), xp.round(ix))
+        else:
+            x0, y0, z0 = xp.floor(ix), xp.floor(iy), xp.floor(iz)
+            fx, fy, fz = ix - x0, iy - y0, iz - z0
+            for dz, wz in ((0, 1 - fz), (1, fz)):
+                for dy, wy in ((0, 1 - fy), (1, fy)):
+                    for dx, wx in ((0, 1 - fx), (1, fx)):
+                        tap(z0 + dz, y0 + dy, x0 + dx, wz * wy * wx)
+        return xp.reshape(self._gather(flat, taps), (n, c, do, ho, wo))
 
 
 @register("F.affine_grid")
 class AffineGrid(Layer):
-    """``F.affine_grid(theta, size)`` for 2-D: theta (N, 2, 3), size (N, C, H, W) -> (N, H, W, 2),
-    the (x, y) of each output pixel's centre (or corner, with align_corners) mapped by theta.
+    """``F.affine_grid(theta, size)``: theta (N, 2, 3), size (N, C, H, W) -> (N, H, W, 2), the
+    (x, y) of each output pixel's centre (or corner, with align_corners) mapped by theta; in 3-D
+    theta (N, 3, 4), size (N, C, D, H, W) -> (N, D, H, W, 3).
     pnnx: ``F.affine_grid ... align_corners=False size=(1,3,8,8) $theta=0``; with a dynamic batch
     the size is an input, ``$theta=13 $size=14`` fed by ``pnnx.Expression [size(@0,0),1,28,28]``."""
 
@@ -597,8 +641,8 @@ class AffineGrid(Layer):
 
     @staticmethod
     def _check_size(size: tuple[int, ...], where: str, err: type[Exception]) -> tuple[int, ...]:
-        if len(size) != 4 or min(size) < 1:
-            raise err(f"{where}: only 2-D affine grids, size (N, C, H, W); found {size}")
+        if len(size) not in (4, 5) or min(size) < 1:
+            raise err(f"{where}: size should be (N, C, H, W) or (N, C, D, H, W) with sizes >= 1; found {size}")
         return tuple(size)
 
     @classmethod
@@ -625,6 +669,8 @@ class AffineGrid(Layer):
             size = self._check_size(runtime_ints(inputs[self.slots["size"]], self.where, "size"), self.where, ShapeError)
         else:
             size = self.size
+        if len(size) == 5:
+            return self._volumetric(theta, size)
         n, _, h, w = size
         if theta.ndim != 3 or tuple(theta.shape[1:]) != (2, 3) or theta.shape[0] != n:
             raise ShapeError(f"{self.where}: theta should be ({n}, 2, 3), found {tuple(theta.shape)}")
@@ -633,3 +679,17 @@ class AffineGrid(Layer):
                          xp.ones((h, w), dtype=theta.dtype, device=self.device)], axis=-1)  # (H, W, 3)
         grid = self.matmul(xp.reshape(base, (1, h * w, 3)), xp.matrix_transpose(theta))  # (N, H*W, 2)
         return xp.reshape(grid, (n, h, w, 2))
+
+    def _volumetric(self, theta: Any, size: tuple[int, ...]) -> Any:
+        """The 3-D form: theta (N, 3, 4), size (N, C, D, H, W) -> (N, D, H, W, 3) of (x, y, z)."""
+        xp = self.xp
+        n, _, d, h, w = size
+        if theta.ndim != 3 or tuple(theta.shape[1:]) != (3, 4) or theta.shape[0] != n:
+            raise ShapeError(f"{self.where}: theta should be ({n}, 3, 4) for a 3-D grid, found {tuple(theta.shape)}")
+        xs, ys, zs = self._axis(w, theta.dtype), self._axis(h, theta.dtype), self._axis(d, theta.dtype)
+        shape = (d, h, w)
+        base = xp.stack([xp.broadcast_to(xs[None, None, :], shape), xp.broadcast_to(ys[None, :, None], shape),
+                         xp.broadcast_to(zs[:, None, None], shape),
+                         xp.ones(shape, dtype=theta.dtype, device=self.device)], axis=-1)  # (D, H, W, 4)
+        grid = self.matmul(xp.reshape(base, (1, d * h * w, 4)), xp.matrix_transpose(theta))  # (N, DHW, 3)
+        return xp.reshape(grid, (n, d, h, w, 3))
