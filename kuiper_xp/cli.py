@@ -185,10 +185,11 @@ def _backend_line(g) -> str:
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z.astype(np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", over="ignore"):  # (infinite logits: NaN, as torch's softmax)
+        z = z.astype(np.float64)
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
 
 
 def _topk_lines(logits: np.ndarray, rows: Sequence[tuple[str, int]], k: int, limit: int = 20) -> list[str]:

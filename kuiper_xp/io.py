@@ -263,7 +263,13 @@ def fit_to_spec(a: np.ndarray, spec: Spec, where: str, notes: list[str] | None =
             note = f"{a.dtype.name} input cast to {spec.dtype} (the model's declared dtype of {spec.name!r})"
             if note not in notes:
                 notes.append(note)
-        a = a.astype(target)
+        with np.errstate(over="ignore", invalid="ignore"):
+            b = a.astype(target)
+        if notes is not None and target.kind in "fc" and a.dtype.kind in "fc":
+            lost = int(np.count_nonzero(np.isinf(b) & np.isfinite(a)))
+            if lost:  # (numpy would print an overflow RuntimeWarning from here)
+                notes.append(f"{where}: {lost} value(s) beyond {spec.dtype}'s range became inf in the cast")
+        a = b
     return np.ascontiguousarray(a)
 
 

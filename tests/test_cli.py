@@ -194,6 +194,18 @@ def test_run_casts_float64_with_a_note(tmp_path, capsys):
     np.testing.assert_array_equal(y, torch.relu(torch.from_numpy(x).float()).numpy())
 
 
+def test_run_cast_overflow_is_a_note_not_a_warning(tmp_path, capsys, recwarn):
+    """float64 values beyond float32 become inf in the cast, as torch's .float() makes them: a
+    note says how many (numpy printed an overflow RuntimeWarning from inside kuiper-xp)."""
+    model = _write_model(tmp_path, RELU_NC)
+    x = np.array([[1e300, -1e300, 1.0, 2.0, 3e38]], np.float64)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(model), "-i", str(tmp_path / "x.npy"), "-o", str(tmp_path / "y.npy")]) == 0
+    assert "2 value(s) beyond float32's range became inf" in capsys.readouterr().err
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), torch.relu(torch.from_numpy(x).float()).numpy())
+
+
 def test_run_topk_summary_matches_torch(tmp_path, capsys):
     model = _write_model(tmp_path, RELU_NC)
     x = np.array([[0.1, 2.0, -1.0, 0.5, 1.5], [3.0, -2.0, 0.2, 0.1, 0.0]], np.float32)
