@@ -4264,6 +4264,34 @@ def grid_sample_bilinear(x, grid, padding: str, align: bool) -> np.ndarray | Non
     return None if y is None else y.reshape(n, c, ho, wo)
 
 
+def take_along(x, index, axis: int) -> np.ndarray | None:
+    """``np.take_along_axis(x, index, axis)`` for an int64 ``index`` already checked to lie in
+    range and no larger than ``x`` outside ``axis`` (torch.gather): one ``np.take`` of flat
+    positions per block of the first axis, split over the threads (take_along_axis builds its
+    broadcast index arrays on one thread: DeBERTa's (16, 128, 64) -> (16, 128, 128) relative
+    gather took 0.81 ms, 0.40 this way on one thread; torch 0.09). None for other arguments."""
+    if (type(x) is not np.ndarray or type(index) is not np.ndarray or index.dtype != np.int64
+            or x.ndim != index.ndim or x.ndim == 0 or index.size < TINY_ELEMENTS):
+        return None  # (small: take_along_axis's one call costs less)
+    out = _out(index.shape, x.dtype)
+    x = np.ascontiguousarray(x)
+    src = x.reshape(-1)
+    strides = [st // x.itemsize for st in x.strides]
+    nd = index.ndim
+
+    def part(lo, hi):
+        idx = index[lo:hi]
+        lin = idx * strides[axis]
+        for a in range(nd):
+            if a != axis and idx.shape[a] > 1:
+                start = lo if a == 0 else 0
+                ar = np.arange(start, start + idx.shape[a], dtype=np.int64) * strides[a]
+                lin += ar.reshape((idx.shape[a],) + (1,) * (nd - a - 1))
+        np.take(src, lin, out=out[lo:hi], mode="clip")  # (indices in range)
+    _parallel(part, index.shape[0], index.size * 4)
+    return out
+
+
 #: gather_taps reads the whole batch at once (by flat positions) when an image has at most this
 #: many channel-points: image by image it was 2-20x slower on (N, 1, L) lookups and 1.9x on
 #: (64, 8, 100); at (4, 64, 4096) the per-image reads (one index for all channels) were 1.8x faster

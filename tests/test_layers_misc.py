@@ -400,6 +400,34 @@ def test_index_select_and_gather(backend, tmp_path):
     run_one_op(backend, tmp_path / "g", "torch.gather", [x, gi], t2n(e), params="dim=0", keys=["input", "index"])
 
 
+@pytest.mark.parametrize("axis,x_shape,i_shape,expand", [
+    (2, (6, 40, 32), (6, 40, 50), True),  # DeBERTa's relative-position gather: an expanded index
+    (1, (3, 50, 40), (3, 60, 30), False), (0, (30, 20, 12), (25, 20, 10), False),
+])
+def test_gather_numpy_fast_path_matches_torch(tmp_path, monkeypatch, axis, x_shape, i_shape, expand):
+    """Indices of 4096 elements and more take numpy's flat-position path (split over threads)."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    real, used = nf.take_along, []
+    monkeypatch.setattr(nf, "take_along", lambda *a: used.append(real(*a)) or used[-1])
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    if expand:
+        idx = np.broadcast_to(rng.integers(0, x_shape[axis], (1,) + i_shape[1:]), i_shape)
+    else:
+        idx = rng.integers(0, x_shape[axis], i_shape)
+    e = torch.gather(torch.from_numpy(x), axis, torch.from_numpy(np.ascontiguousarray(idx)))
+    param = one_op_param(tmp_path, "torch.gather", [x, idx], [t2n(e)], f"dim={axis}", None, ["input", "index"])
+    g = kuiper_xp.load(param, backend="numpy")
+    old = nf.set_num_threads(2)
+    try:
+        np.testing.assert_array_equal(kuiper_xp.to_numpy(g(x, idx)[0]), t2n(e))
+    finally:
+        nf.set_num_threads(old)
+    assert used and used[-1] is not None
+
+
 @pytest.mark.parametrize("op_type,bad", [("torch.gather", -1), ("torch.gather", 6), ("torch.index_select", -1),
                                          ("torch.index_select", 6)])
 def test_index_select_and_gather_refuse_out_of_range_indices(backend, tmp_path, op_type, bad):

@@ -733,7 +733,9 @@ class Gather(_IndexOp):
                              f"outside dim {axis}")
         sl = tuple(slice(None) if a == axis else slice(0, index.shape[a]) for a in range(x.ndim))
         index = index_array(xp, index, x.shape[axis], f"{self.op_type} {self.op_name!r}", negative=False)
-        return xp.take_along_axis(x[sl], index, axis=axis)
+        fast = getattr(self.backend.fast, "take_along", None)
+        y = None if fast is None else fast(x[sl], index, axis)
+        return xp.take_along_axis(x[sl], index, axis=axis) if y is None else y
 
 
 # ---------------------------------------------------------------------------------------------
