@@ -620,6 +620,41 @@ def test_explicit_attention_fused_matches_torch(explicit_attention_export, model
         assert_close(kuiper_xp.to_numpy(a), kuiper_xp.to_numpy(b), rtol=1e-5)
 
 
+class BmmAttention(nn.Module):
+    """HuggingFace's CLIP / BART attention without a mask: heads folded into the batch,
+    ``torch.bmm`` for both products. (With BART's mask the scores are viewed to 4-D and back
+    around the addition, which the fusion does not follow.)"""
+
+    def __init__(self, dim=24, heads=3):
+        super().__init__()
+        self.h, self.d = heads, dim // heads
+        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        n, length, _ = x.shape
+
+        def heads(t):
+            return t.view(n, length, self.h, self.d).transpose(1, 2).reshape(n * self.h, length, self.d)
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        w = torch.bmm(q, k.transpose(1, 2)) * self.d ** -0.5
+        return torch.bmm(F.softmax(w, dim=-1), v).view(n, self.h, length, self.d)
+
+
+def test_bmm_attention_is_fused_and_matches_torch(tmp_path, model_backend):
+    import kuiper_xp
+
+    torch.manual_seed(0)
+    module = BmmAttention().eval()
+    x = torch.randn(2, 17, 24)
+    param = export_module(module, (x,), tmp_path)
+    assert "torch.bmm" in param.read_text()
+    compare_graph(param, model_backend, module, (x,), rtol=1e-4)
+    g = kuiper_xp.load(param, backend=model_backend)
+    if getattr(g.backend.fast, "attention", None) is not None:
+        assert len(g.fused_attention) == 1 and "torch.bmm" in " ".join(
+            op.type for op in g.model.operators if op.name in g.fused_attention[0]), g.fused_attention
+
+
 def test_explicit_attention_fused_step_falls_back_and_names_its_ops(explicit_attention_export):
     """The fused step runs the original layers where the fast path declines (the shared key set of
     ``d`` broadcasts; a key of the wrong depth, which then gets the product's own error)."""

@@ -409,7 +409,7 @@ class Graph:
         (every operand is there by then) as a :class:`FusedAttention`, which falls back to the
         original layers, in order, when the fast path does not take the operands."""
         from kuiper_xp.layers.activation import Softmax
-        from kuiper_xp.layers.attention import FusedAttention, MatMul, score_transform
+        from kuiper_xp.layers.attention import BatchMatMul, FusedAttention, MatMul, score_transform
         from kuiper_xp.layers.expression import Expression
         from kuiper_xp.layers.misc import MaskedFill, Where
 
@@ -423,10 +423,15 @@ class Graph:
                 return None
             return by_op.get(id(outs[0].consumers[0]))
 
+        products = (MatMul, BatchMatMul)  # (torch.bmm over (batch * heads, L, D): BART, CLIP)
+
+        def other(layer: Any) -> int:
+            return layer.pos["other"] if "other" in layer.pos else layer.pos["mat2"]
+
         gone: set[int] = set()
         ctx = BuildContext(self.backend)
         for r1 in compute:
-            if type(r1.layer) is not MatMul or id(r1) in gone:
+            if type(r1.layer) not in products or id(r1) in gone:
                 continue
             mid = sm = next_of(r1)
             if mid is not None and type(mid.layer) is Expression:
@@ -438,7 +443,7 @@ class Graph:
                 rep, sm = sm, next_of(sm)
             r2 = next_of(sm) if sm is not None else None
             if (sm is None or type(sm.layer) is not Softmax or sm.layer.negate or r2 is None
-                    or type(r2.layer) is not MatMul
+                    or type(r2.layer) not in products
                     or sm.layer.dtype not in (None, sm.op.inputs[0].array_dtype)):  # (no cast)
                 continue
             rank = sm.op.inputs[0].shape
@@ -447,9 +452,9 @@ class Graph:
             scores, probs = outputs_of[id(r1)][0], outputs_of[id(sm)][0]
             p1, p2 = r1.layer.pos, r2.layer.pos
             ins1, ins2 = inputs_of[id(r1)], inputs_of[id(r2)]
-            if len(ins1) != 2 or len(ins2) != 2 or ins2[p2["input"]] is not probs or ins2[p2["other"]] is probs:
+            if len(ins1) != 2 or len(ins2) != 2 or ins2[p2["input"]] is not probs or ins2[other(r2.layer)] is probs:
                 continue
-            operands = [ins1[p1["input"]], ins1[p1["other"]], ins2[p2["other"]]]
+            operands = [ins1[p1["input"]], ins1[other(r1.layer)], ins2[other(r2.layer)]]
             scale, steps = 1.0, [(r1.layer, [0 if k == p1["input"] else 1 for k in range(2)])]
             if mid is not None:
                 mins = inputs_of[id(mid)]
