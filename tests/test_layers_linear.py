@@ -60,6 +60,10 @@ def test_functional_linear_bias_operands(backend, tmp_path):
                  backend=backend, annotate=False)
     with pytest.raises(ShapeError, match=r"F.linear 'op'.*bias has shape \(2,\), expected \(4,\)"):
         g(x, w, rnd(2))
+    # declared in the file (as pnnx declares them): refused at load, with the reason and the fix
+    with pytest.raises(LayerParameterError, match=r"bias is declared \(2,\), the weight \(4, 6\).*torch.cat"):
+        op_graph(tmp_path / "declared", "F.linear", {}, [x, w, rnd(2)], [np.zeros((2, 3, 4), np.float32)],
+                 keys=["input", "weight", "bias"], backend=backend)
 
 
 @pytest.mark.parametrize("params, weights, needle", [

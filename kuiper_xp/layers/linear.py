@@ -41,6 +41,14 @@ class Linear(FusesActivation, Layer):
     @classmethod
     def from_operator(cls, op, ctx):
         slots = _slots(op, ("input", "weight", "bias"))
+        if "weight" in slots and "bias" in slots:  # operands: compare what the file declares
+            ws, bs = op.inputs[slots["weight"]].shape, op.inputs[slots["bias"]].shape
+            if (ws is not None and bs is not None and len(ws) == 2 and ws[0] is not None
+                    and None not in bs and bs not in ((ws[0],), (1,), ())):
+                raise LayerParameterError(
+                    f"{op.where}: bias is declared {tuple(bs)}, the weight ({ws[0]}, {ws[1]}): expected "
+                    f"({ws[0]},) (pnnx writes only the zeroed slice for `b = bias.clone(); b[n:2n].zero_()`, "
+                    "torchvision's Swin V2: build the bias with torch.cat)")
         weight_t = bias = None
         if "weight" not in slots:
             w = op.weight("weight", ctx)
