@@ -445,6 +445,31 @@ def test_index_select_and_gather_refuse_out_of_range_indices(backend, tmp_path, 
         g(x, idx)
 
 
+class _SortedWeight(torch.nn.Module):
+    """NODE's entmax of a parameter: pnnx folds the sort of a weight into a constant, drops the
+    unused indices and still counts them in the header's operand count."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 4))
+
+    def forward(self, x):
+        return x @ torch.sort(self.w, dim=0, descending=True)[0]
+
+
+def test_header_counting_a_dropped_output_loads(tmp_path, model_backend):
+    from helpers import export_torch
+
+    torch.manual_seed(0)
+    m = _SortedWeight().eval()
+    param = export_torch(m, [torch.randn(1, 6)], tmp_path, inputs2=[torch.randn(3, 6)])
+    declared = int(param.read_text().splitlines()[1].split()[1])
+    g = kuiper_xp.load(param, backend=model_backend)
+    assert declared > len(g.model.operands)  # (the case this is about)
+    x = np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32)
+    assert_close(kuiper_xp.to_numpy(g(x)[0]), t2n(m(torch.from_numpy(x)).detach()), rtol=1e-5, what="sorted weight")
+
+
 # ---- errors -----------------------------------------------------------------------------------
 
 

@@ -353,7 +353,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
                 except ValueError as exc:
                     raise err(f"operator {_shorten(name)}: parameter {_shorten(key)}: {exc}", lno) from None
         operators.append(op)
-    if len(operands) != n_operands:
-        raise err(f"header declares {n_operands} operands but the operators produce {len(operands)}",
-                  numbered[1][0])
+    # (fewer operands than the header declares is fine: pnnx counts an output it dropped, the
+    # unused indices of a torch.sort / topk of a weight it folded into a constant; more is refused
+    # above, as each operand is made)
     return Model(operators, operands, path)
