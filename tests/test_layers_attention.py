@@ -214,6 +214,24 @@ def test_addmm_bias_added_in_place_matches_torch(backend, tmp_path, c_shape):
         np.testing.assert_array_equal(before, now)
 
 
+def test_einsum_plans_per_shape(backend, tmp_path):
+    """The contraction is planned once per operand shapes and dtypes: calls alternating between
+    two batch sizes, and a diagonal equation, each give torch's result every time."""
+    from helpers import make_layer
+
+    layer = make_layer(backend, "torch.einsum", "equation=bhid,bhjd->bhij", n_in=2)
+    for n in (2, 5, 2, 5):
+        a, b = _x(n, 3, 4, 6), _x(n, 3, 7, 6)
+        want = torch.einsum("bhid,bhjd->bhij", torch.from_numpy(a), torch.from_numpy(b))
+        assert_close(backend.to_numpy(layer(backend.asarray(a), backend.asarray(b))), t2n(want), rtol=1e-5)
+    assert len(layer._plans) == 2
+    diag = make_layer(backend, "torch.einsum", "equation=bii,bij->bj", n_in=2)
+    for n in (1, 3, 1):
+        a, b = _x(n, 4, 4), _x(n, 4, 5)
+        want = torch.einsum("bii,bij->bj", torch.from_numpy(a), torch.from_numpy(b))
+        assert_close(backend.to_numpy(diag(backend.asarray(a), backend.asarray(b))), t2n(want), rtol=1e-5)
+
+
 @pytest.mark.parametrize("eq,shapes", [
     ("ij,jk->ik", [(3, 4), (4, 5)]), ("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ij->ji", [(3, 4)]),
     ("ij->", [(3, 4)]), ("i,j->ij", [(3,), (4,)]), ("...ij,...jk", [(2, 3, 4), (4, 5)]),
