@@ -3319,7 +3319,7 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
             _numba.layer_norm_rows(src[r0:r1], wn, bn, dst[r0:r1], e)
         _parallel(run, -(-rows // step), x.size)
         return y
-    ones = np.ones((d, 1), x.dtype)
+    ones = _ones_column(d, x.dtype)
 
     def part(c0, c1):
         for r0 in range(c0 * step, min(rows, c1 * step), step):
@@ -3330,8 +3330,28 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
                 ys *= w
             if b is not None:
                 ys += b
-    _parallel(part, -(-rows // step), x.size * 4)
+    if x.size <= TINY_ELEMENTS:  # (a few tokens of a small model: the threading is the cost)
+        with _silent():
+            part(0, -(-rows // step))
+    else:
+        _parallel(part, -(-rows // step), x.size * 4)
     return y
+
+
+_ONES: dict = {}
+
+
+def _ones_column(d: int, dtype) -> np.ndarray:
+    """A read-only ``(d, 1)`` column of ones (the row sums of layer_norm as a product), kept."""
+    key = (d, np.dtype(dtype))
+    col = _ONES.get(key)
+    if col is None:
+        if len(_ONES) >= 64:
+            _ONES.clear()
+        col = np.ones((d, 1), dtype)
+        col.flags.writeable = False
+        _ONES[key] = col
+    return col
 
 
 def _centre_rows(xs: np.ndarray, ys: np.ndarray, ones: np.ndarray, eps: float) -> np.ndarray:
