@@ -66,6 +66,21 @@ def test_functional_linear_bias_operands(backend, tmp_path):
                  keys=["input", "weight", "bias"], backend=backend)
 
 
+def test_functional_linear_vector_weight(backend, tmp_path):
+    """``F.linear(x, w)`` with a 1-D weight drops the last axis (NanoDet / GFL's ``Integral``:
+    ``F.linear(softmax(x), project)``); a bias with it must be 0-d, as in torch."""
+    x, w = rnd(2, 5, 8), rnd(8, seed=1)
+    run_op(backend, tmp_path / "nb", "F.linear", {"bias": None}, [x, w], F.linear(t(x), t(w)).numpy(),
+           keys=["input", "weight"])
+    b = np.float32(0.75).reshape(())
+    run_op(backend, tmp_path / "b", "F.linear", {}, [x, w, b], F.linear(t(x), t(w), torch.tensor(0.75)).numpy(),
+           keys=["input", "weight", "bias"])
+    g = op_graph(tmp_path / "bad", "F.linear", {}, [x, w, rnd(1)], 1, keys=["input", "weight", "bias"],
+                 backend=backend, annotate=False)
+    with pytest.raises(ShapeError, match="with a 1-D weight the bias must be 0-d"):
+        g(x, w, rnd(1))
+
+
 @pytest.mark.parametrize("params, weights, needle", [
     ({"bias": True, "in_features": 6, "out_features": 4}, {"weight": rnd(4, 6)}, "bias"),
     ({"bias": False, "in_features": 5, "out_features": 4}, {"weight": rnd(4, 6)}, "in_features"),

@@ -82,6 +82,8 @@ class Linear(FusesActivation, Layer):
         wt, bias = self.weight_t, self.bias
         if wt is None:
             w = inputs[self.slots["weight"]]
+            if w.ndim == 1:  # torch: a vector weight (in,) drops the last axis (GFL's Integral)
+                return self._vector_weight(x, w, inputs[self.slots["bias"]] if "bias" in self.slots else None)
             if w.ndim != 2:
                 raise ShapeError(f"{self.op_type} {self.op_name!r}: weight has shape {tuple(w.shape)}, "
                                  "expected (out, in)")
@@ -97,6 +99,20 @@ class Linear(FusesActivation, Layer):
         if self._fast is not None:
             return self._activate(self._fast(x, wt, bias))
         return self._activate(fn.linear(x, wt, bias, xp=self.xp))
+
+    def _vector_weight(self, x: Any, w: Any, bias: Any) -> Any:
+        """``F.linear(x, w)`` with a 1-D weight: ``x @ w`` over the last axis (plus a 0-d bias)."""
+        xp = self.xp
+        if x.ndim == 0 or x.shape[-1] != w.shape[0]:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} does not fit the "
+                             f"weight ({w.shape[0]},): expected last dimension {w.shape[0]}")
+        if bias is not None and bias.ndim != 0:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: with a 1-D weight the bias must be 0-d (as in "
+                             f"torch), found shape {tuple(bias.shape)}")
+        y = xp.reshape(self.matmul(xp.reshape(x, (-1, x.shape[-1])), xp.reshape(w, (-1, 1))), tuple(x.shape[:-1]))
+        if bias is not None:
+            y = y + bias
+        return self._activate(y)
 
 
 @register("nn.BatchNorm1d", "nn.BatchNorm2d", "nn.BatchNorm3d", "F.batch_norm")
