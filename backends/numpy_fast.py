@@ -2776,15 +2776,27 @@ class ConvTranspose2dPlan:
         cols_ = self._phase_taps(w, wo, self.kw, sw, dw, pw)
         direct = (sh, sw) == (1, 1)
         g = self.groups
-        cols = _workspace((g, self.og * self.kh * self.kw, h * w), self.dtype)
-        cols5 = cols.reshape(self.o, self.kh, self.kw, h, w)
         bias = self._bias_col
+        hw = h * w
+        # small maps: several images share one GEMM (SimpleBaseline's 16x12 deconvolutions at
+        # batch 4 grew linearly with the batch, image by image)
+        per = max(1, min(n, GEMM_MIN_COLUMNS // hw)) if hw < GEMM_MIN_COLUMNS else 1
         for i in range(n):
-            xi = np.ascontiguousarray(x[i]).reshape(g, self.cg, h * w)
-            _gemm(self.wmat, xi, cols)
+            j = i % per
+            if j == 0:
+                m = min(per, n - i)
+                cols = _workspace((g, self.og * self.kh * self.kw, m * hw), self.dtype)
+                if m == 1:
+                    xi = np.ascontiguousarray(x[i]).reshape(g, self.cg, hw)
+                else:
+                    xi = np.ascontiguousarray(x[i:i + m].reshape(m, g, self.cg, hw).transpose(1, 2, 0, 3))
+                    xi = xi.reshape(g, self.cg, m * hw)
+                _gemm(self.wmat, xi, cols)
+                cols6 = cols.reshape(self.o, self.kh, self.kw, m, h, w)
+            cols5 = cols6[:, :, :, j]
             yi = y[i]
 
-            def col2im(lo, hi, yi=yi):
+            def col2im(lo, hi, yi=yi, cols5=cols5):
                 for r, lr, taps_r in rows:
                     for q, lq, taps_q in cols_:
                         buf = yi[lo:hi] if direct else _workspace((hi - lo, lr, lq), self.dtype, slot=60)
@@ -2797,7 +2809,7 @@ class ConvTranspose2dPlan:
                                 buf[:, m0:m1, n0:n1] += cols5[lo:hi, a, b, m0 + oa: m1 + oa, n0 + ob: n1 + ob]
                         if not direct:
                             yi[lo:hi, r::sh, q::sw] = buf
-            _parallel(col2im, self.o, cols.size)
+            _parallel(col2im, self.o, cols5.size)
         return y
 
 

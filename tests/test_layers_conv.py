@@ -212,6 +212,8 @@ CONVT2D = [
     (1, 2, 3, 4, 4, 3, 2, 2, 1, 2, 1, True),  # output padding below dilation
     (1, 3, 4, 4, 5, 2, 3, 0, 0, 1, 1, True),  # stride above the kernel: a phase no tap reaches
     (2, 4, 2, 3, 4, 5, 2, 3, 1, 1, 1, False),  # padding above the stride crops whole taps
+    # 20x16 maps: three images share one GEMM, the last of five alone; with groups
+    (5, 4, 6, 20, 16, 4, 2, 1, 1, 1, 2, True),
 ]
 
 
