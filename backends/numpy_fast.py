@@ -3800,6 +3800,8 @@ def pack_linear(weight) -> np.ndarray:
     against 94.5, and 423 against 434 at batch 8). The layers drop the read weight from the
     build's cache, so loading holds one weight twice at a time, not all of them."""
     w = np.asarray(weight)
+    if w.ndim == 2 and w.size >= PACK_KEEP_MIN_ELEMENTS and w.flags.c_contiguous:
+        return w.T  # (big weights stay (out, in): see PACK_KEEP_MIN_ELEMENTS)
     if w.ndim != 2 or w.shape[0] < 2 * PACK_ROWS:
         return np.ascontiguousarray(w.T)
     out = np.empty((w.shape[1], w.shape[0]), w.dtype)
@@ -3811,6 +3813,15 @@ def pack_linear(weight) -> np.ndarray:
     return out
 
 
+#: weights of at least this many elements are kept as read, (out, in), by :func:`pack_linear`
+#: (the layers get the transposed view): for them OpenBLAS did as well or better with the view at
+#: every row count (4096x4096 to 25088x4096, 1 to 400 rows: 0.73-1.09 of the packed copy's time,
+#: 2 AVX-512 Xeon cores), and :func:`linear` then takes few rows as ``W @ x.T`` (0.5-0.85: VGG's
+#: and AlexNet's classifiers at batch 2-32); smaller ones (2048x1000: the view 1.3-1.75x slower
+#: at 8-64 rows) are packed
+PACK_KEEP_MIN_ELEMENTS = 1 << 23
+#: inputs of at most this many rows (and at least 2) meet a weight kept (out, in) as ``W @ x.T``
+LINEAR_FEW_ROWS = 32
 #: rows of the weight transposed at a time by :func:`pack_linear` (3072x768 float32 on 2 AMD EPYC
 #: cores: 6.1 ms as one copy, 2.6 in blocks of 128 rows, 2.9 of 64, 3.5 of 32; on 2 AVX-512 Xeon
 #: cores 1.80 ms at 64 rows, 2.86 at 128, 1.93 at 48, and 64 best for 2304x768 and 768x768 too:
@@ -3822,10 +3833,18 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
     x = np.asarray(x)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
-    y = _gemm(x2, weight_t, _out((x2.shape[0], weight_t.shape[1]), np.result_type(x2, weight_t)))
+    rows, n = x2.shape[0], weight_t.shape[1]
+    dt = np.result_type(x2, weight_t)
+    if 2 <= rows <= LINEAR_FEW_ROWS and weight_t.flags.f_contiguous and not weight_t.flags.c_contiguous:
+        # a big weight kept (out, in) (pack_linear): y^T = W @ x^T reads W's rows once per thread
+        yt = _gemm(weight_t.T, x2.T, _workspace((n, rows), dt, slot=53))
+        y = _out((rows, n), dt)
+        y[...] = yt.T
+    else:
+        y = _gemm(x2, weight_t, _out((rows, n), dt))
     if bias is not None:
         y += bias
-    return y.reshape(lead + (weight_t.shape[1],))
+    return y.reshape(lead + (n,))
 
 
 # --- expression ---------------------------------------------------------------------------------

@@ -306,6 +306,30 @@ def test_numpy_pack_linear_is_a_contiguous_transpose(monkeypatch, shape, threads
     np.testing.assert_array_equal(got, w.T)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 5, 32, 40])
+def test_numpy_big_weights_stay_out_in(monkeypatch, tmp_path, rows):
+    """A weight of PACK_KEEP_MIN_ELEMENTS or more is kept as read, (out, in) (pack_linear returns
+    the transposed view, no copy); inputs of 2..LINEAR_FEW_ROWS rows then run as W @ x^T, others
+    as x @ W^T: torch's result either way, bias and fused activation included."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "PACK_KEEP_MIN_ELEMENTS", 64)
+    w = rnd(24, 16, seed=1)
+    packed = nf.pack_linear(w)
+    assert np.shares_memory(packed, w) and packed.shape == (16, 24) and packed.flags.f_contiguous
+    x, b = rnd(rows, 16), rnd(24, seed=2)
+    g = op_graph(tmp_path, "nn.Linear", {"bias": True, "in_features": 16, "out_features": 24}, [x],
+                 [F.linear(t(x), t(w), t(b)).numpy()], {"weight": w, "bias": b}, backend="numpy")
+    lin = next(r.layer for r in g.execution_order if r.type == "nn.Linear")
+    assert lin.weight_t.flags.f_contiguous
+    old = nf.set_num_threads(2)
+    try:
+        for _ in range(2):
+            assert_close(g(x)[0], F.linear(t(x), t(w), t(b)).numpy(), rtol=1e-5)
+    finally:
+        nf.set_num_threads(old)
+
+
 def test_linear_and_attention_build_keep_only_the_packed_weights(tmp_path):
     """On numpy, Linear and MultiheadAttention keep contiguous W^T copies and drop the weights
     they read from the build's cache (loading holds one weight twice at a time, not all)."""
