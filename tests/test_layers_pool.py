@@ -282,3 +282,25 @@ def test_max_pool_indices_of_nan_windows(backend, tmp_path, op, params, shape, c
     y, idx = call(t(x))
     assert np.isnan(y.numpy()).any()
     run_op(backend, tmp_path, op, params, [x], [y.numpy(), idx.numpy()])
+
+
+class _AdaptiveFromSize(nn.Module):
+    """Output sizes computed from the input's: with H and W dynamic, pnnx passes them as a
+    ``$output_size`` operand (fed by a pnnx.Expression), not a parameter."""
+
+    def forward(self, x):
+        h, w = x.shape[2], x.shape[3]
+        return (F.adaptive_avg_pool2d(x, (h // 2, w // 3)), F.adaptive_max_pool2d(x, (h // 3, w // 2)),
+                F.interpolate(x, scale_factor=0.25, mode="area"),
+                F.adaptive_avg_pool3d(x.unsqueeze(2).expand(-1, -1, 4, -1, -1), (2, h // 2, w // 2)))
+
+
+def test_adaptive_pools_with_runtime_output_sizes(model_backend, tmp_path):
+    from test_layers_misc import compare_graph, export_module
+
+    torch.manual_seed(0)
+    param = export_module(_AdaptiveFromSize(), (torch.randn(1, 3, 12, 18),), tmp_path,
+                          inputs2=(torch.randn(2, 3, 20, 14),))
+    assert "$output_size" in param.read_text()
+    for shape in ((1, 3, 12, 18), (3, 3, 17, 23)):
+        compare_graph(param, model_backend, _AdaptiveFromSize(), (torch.randn(*shape),))

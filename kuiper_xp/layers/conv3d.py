@@ -38,6 +38,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
 from .registry import register
+from .shape import input_slots, runtime_ints
 
 
 def _triple(op, key: str, default: int | None) -> tuple[int, int, int]:
@@ -378,40 +379,53 @@ class AvgPool3d(_Pool3d):
         return y if self.divisor is None else y / self.divisor
 
 
-def _adaptive_size(op) -> tuple[int | None, int | None, int | None]:
-    raw = op.param("output_size", list)
+def _adaptive_size(raw, what: str, err: type[Exception]) -> tuple[int | None, int | None, int | None]:
     if raw is None:
-        raise LayerParameterError(f"{op.where}: parameter 'output_size' is None")
+        raise err(f"{what} is None")
+    raw = list(raw)
     raw = raw * 3 if len(raw) == 1 else raw
     if len(raw) != 3 or not all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) for v in raw):
-        raise LayerParameterError(f"{op.where}: output_size={op.params['output_size']!r} should be 3 sizes "
-                                  f"(0 or None keeps the input size)")
+        raise err(f"{what}={raw!r} should be 3 sizes (0 or None keeps the input size)")
     return tuple(None if v in (None, 0) else v for v in raw)
 
 
 class _Adaptive3d(Layer):
-    def __init__(self, ctx: BuildContext, size, return_indices: bool, where: str):
+    def __init__(self, ctx: BuildContext, size, return_indices: bool, where: str, slots: dict[str, int]):
         super().__init__(ctx)
-        self.size, self.return_indices, self.where = size, return_indices, where
+        self.size, self.return_indices, self.where, self.slots = size, return_indices, where, slots
 
     @classmethod
     def from_operator(cls, op, ctx):
         ri = op.param("return_indices", bool, default=False)
         if len(op.outputs) != (2 if ri else 1):
             raise LayerParameterError(f"{op.where}: return_indices={ri} needs {2 if ri else 1} output(s)")
-        return cls(ctx, _adaptive_size(op), ri, op.where)
+        slots = input_slots(op, ("input", "output_size"))
+        if "input" not in slots:
+            slots["input"] = 1 if slots.get("output_size") == 0 else 0
+        size = None if "output_size" in slots else _adaptive_size(
+            op.param("output_size", list), f"{op.where}: output_size", LayerParameterError)
+        return cls(ctx, size, ri, op.where, slots)
 
-    def _out(self, x: Any) -> tuple[int, int, int]:
-        out = tuple(s if o is None else o for s, o in zip(x.shape[2:], self.size))
+    def _operands(self, inputs: tuple) -> tuple[Any, tuple]:
+        """The input and its output size (the parameter, or the ``$output_size`` operand pnnx
+        writes when the input's size is dynamic)."""
+        x = inputs[self.slots["input"]]
+        if self.size is not None:
+            return x, self.size
+        raw = runtime_ints(inputs[self.slots["output_size"]], self.where, "output_size")
+        return x, _adaptive_size(raw, f"{self.where}: output_size", ShapeError)
+
+    def _out(self, x: Any, size: tuple) -> tuple[int, int, int]:
+        out = tuple(s if o is None else o for s, o in zip(x.shape[2:], size))
         if min(x.shape[2:]) == 0:
             raise ShapeError(f"{self.where}: cannot pool input {tuple(x.shape)} to {out}")
         return out
 
-    def _separable(self, x: Any, pool2d) -> Any:
+    def _separable(self, x: Any, size: tuple, pool2d) -> Any:
         xp = self.xp
         x, unbatched = _as5d(self, x)
         n, c, d, h, w = x.shape
-        od, oh, ow = self._out(x)
+        od, oh, ow = self._out(x, size)
         y = pool2d(xp.reshape(x, (n, c * d, h, w)), (oh, ow))
         y = xp.reshape(pool2d(xp.reshape(y, (n, c, d, oh * ow)), (od, oh * ow)), (n, c, od, oh, ow))
         return y[0, ...] if unbatched else y
@@ -421,8 +435,9 @@ class _Adaptive3d(Layer):
 class AdaptiveAvgPool3d(_Adaptive3d):
     """torch ``adaptive_avg_pool3d`` to any output size (0 / None keeps a size); separable."""
 
-    def forward(self, x: Any) -> Any:
-        return self._separable(x, lambda x4, out: fn.adaptive_avg_pool2d(x4, out, xp=self.xp))
+    def forward(self, *inputs: Any) -> Any:
+        x, size = self._operands(inputs)
+        return self._separable(x, size, lambda x4, out: fn.adaptive_avg_pool2d(x4, out, xp=self.xp))
 
 
 @register("nn.AdaptiveMaxPool3d", "F.adaptive_max_pool3d")
@@ -430,13 +445,14 @@ class AdaptiveMaxPool3d(_Adaptive3d):
     """Without indices: separable. With them (the functional form): one max and argmax per
     output bin, the argmax turned into a flat ``d*H*W + h*W + w`` index as torch gives."""
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
         xp = self.xp
+        x, size = self._operands(inputs)
         if not self.return_indices:
-            return self._separable(x, lambda x4, out: fn.adaptive_max_pool2d(x4, out, False, xp=xp))
+            return self._separable(x, size, lambda x4, out: fn.adaptive_max_pool2d(x4, out, False, xp=xp))
         x, unbatched = _as5d(self, x)
         n, c, d, h, w = x.shape
-        od, oh, ow = self._out(x)
+        od, oh, ow = self._out(x, size)
         vals, idxs = [], []
         for d0, d1 in fn.adaptive_bounds(d, od):
             for h0, h1 in fn.adaptive_bounds(h, oh):

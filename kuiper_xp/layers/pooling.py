@@ -16,6 +16,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 from . import functional as fn
 from .base import BuildContext, SpatialLayer
 from .registry import register
+from .shape import input_slots, runtime_ints
 
 
 def _dims(op) -> int:
@@ -122,18 +123,34 @@ class AvgPool(_PoolBase):
 
 
 def _output_size(op, nd):
-    raw = op.param("output_size", list)
+    """The ``output_size`` parameter as ``nd`` sizes (None keeps the input's), or None when it is
+    a runtime operand (``$output_size``: pnnx's form when the input's spatial size is dynamic,
+    ``F.interpolate(scale_factor=0.25, mode="area")``)."""
+    if "output_size" in input_slots(op, ("input", "output_size")):
+        return None
+    return _check_output_size(op.param("output_size", list), nd, f"{op.where}: output_size",
+                              LayerParameterError)
+
+
+def _check_output_size(raw, nd: int, what: str, err: type[Exception]) -> tuple:
     if raw is None:
-        raise LayerParameterError(f"{op.where}: parameter 'output_size' is None")
+        raise err(f"{what} is None")
+    raw = list(raw)
     if len(raw) == 1:
         raw = raw * nd
     if len(raw) != nd or not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in raw):
-        raise LayerParameterError(f"{op.where}: output_size={op.params['output_size']!r} should be "
-                                  f"{nd} ints (0 or None keeps the input size)")
+        raise err(f"{what}={raw!r} should be {nd} ints (0 or None keeps the input size)")
     sizes = tuple(None if v in (None, 0) else v for v in raw)
     if any(v is not None and v < 0 for v in sizes):
-        raise LayerParameterError(f"{op.where}: output_size={sizes} must not be negative")
+        raise err(f"{what}={sizes} must not be negative")
     return (None,) + sizes if nd == 1 else sizes
+
+
+def _adaptive_slots(op) -> dict[str, int]:
+    slots = input_slots(op, ("input", "output_size"))
+    if "input" not in slots:
+        slots["input"] = 1 if slots.get("output_size") == 0 else 0
+    return slots
 
 
 class _AdaptiveBase(_PoolBase):
@@ -141,11 +158,22 @@ class _AdaptiveBase(_PoolBase):
         super().__init__(ctx)
         self.nd = nd
         self.output_size = output_size
+        self.slots = {"input": 0}
 
-    def _out_hw(self, x4: Any) -> tuple[int, int]:
+    def _operands(self, inputs: tuple) -> tuple[Any, tuple]:
+        """The input and the output size (the parameter, or the ``$output_size`` operand)."""
+        x = inputs[self.slots["input"]]
+        if self.output_size is not None:
+            return x, self.output_size
+        who = f"{self.op_type} {self.op_name!r}: output_size"
+        raw = runtime_ints(inputs[self.slots["output_size"]], who, "output_size")
+        return x, _check_output_size(raw, self.nd, who, ShapeError)
+
+    def _out_hw(self, x4: Any, output_size: tuple | None = None) -> tuple[int, int]:
         h, w = x4.shape[-2:]
-        oh = h if self.output_size[0] is None else self.output_size[0]
-        ow = w if self.output_size[1] is None else self.output_size[1]
+        size = self.output_size if output_size is None else output_size
+        oh = h if size[0] is None else size[0]
+        ow = w if size[1] is None else size[1]
         if (oh > 0 and h == 0) or (ow > 0 and w == 0) or oh == 0 or ow == 0:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: cannot pool input {tuple(x4.shape)} to "
                              f"{(oh, ow)}")
@@ -159,11 +187,14 @@ class AdaptiveAvgPool(_AdaptiveBase):
     @classmethod
     def from_operator(cls, op, ctx):
         nd = _dims(op)
-        return cls(ctx, nd, _output_size(op, nd))
+        layer = cls(ctx, nd, _output_size(op, nd))
+        layer.slots = _adaptive_slots(op)
+        return layer
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
+        x, size = self._operands(inputs)
         x4, unbatched = self._as4d(x)
-        y = fn.adaptive_avg_pool2d(x4, self._out_hw(x4), xp=self.xp)
+        y = fn.adaptive_avg_pool2d(x4, self._out_hw(x4, size), xp=self.xp)
         return self._from4d(y, unbatched)
 
 
@@ -181,11 +212,14 @@ class AdaptiveMaxPool(_AdaptiveBase):
         nd = _dims(op)
         ri = op.param("return_indices", bool, default=False)
         _n_outputs(op, ri)
-        return cls(ctx, nd, _output_size(op, nd), ri)
+        layer = cls(ctx, nd, _output_size(op, nd), ri)
+        layer.slots = _adaptive_slots(op)
+        return layer
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
+        x, size = self._operands(inputs)
         x4, unbatched = self._as4d(x)
-        out = fn.adaptive_max_pool2d(x4, self._out_hw(x4), self.return_indices, xp=self.xp)
+        out = fn.adaptive_max_pool2d(x4, self._out_hw(x4, size), self.return_indices, xp=self.xp)
         if self.return_indices:
             return self._from4d(out[0], unbatched), self._from4d(out[1], unbatched)
         return self._from4d(out, unbatched)
