@@ -4039,6 +4039,10 @@ if _MKL_AT_IMPORT:
 #: inner slice (elements after the scanned axis) from which :func:`cumulative` walks the axis
 #: with one vectorised ufunc call per step instead of numpy's strided scan
 CUMULATIVE_MIN_INNER = 16
+#: ... and with at least this many elements per step (pre * inner): a guided filter's box sums,
+#: cumsum over H of (1, 3, 64, 64), took 0.09-0.14 ms as 64 calls of 192 elements against 0.03 for
+#: np.cumsum; at (1, 3, 256, 256) (768 per step) the steps won, 0.59 against 0.80
+CUMULATIVE_MIN_STEP = 512
 
 
 def cumulative(x, axis: int, kind: str, dtype):
@@ -4056,9 +4060,9 @@ def cumulative(x, axis: int, kind: str, dtype):
         return None
     inner = math.prod(x.shape[axis + 1:])
     n = x.shape[axis]
-    if inner < CUMULATIVE_MIN_INNER or n < 2 or x.size == 0:
-        return None
     pre = math.prod(x.shape[:axis])
+    if inner < CUMULATIVE_MIN_INNER or pre * inner < CUMULATIVE_MIN_STEP or n < 2 or x.size == 0:
+        return None
     src = x.reshape(pre, n, inner)  # a view where x's layout allows, else one copy
     out = np.empty((pre, n, inner), dt)
     ufunc = np.add if kind == "sum" else np.multiply

@@ -213,10 +213,11 @@ def test_cumulative_and_logical(backend, op_type, params, fn):
     ("torch.cumsum", 1, np.bool_), ("torch.cumprod", 1, np.float32), ("torch.cumprod", -3, np.int64),
 ])
 def test_cumulative_along_an_outer_axis(backend, op_type, dim, dtype):
-    """A scan with a long inner slice (numpy's fast path walks the axis one slice at a time):
-    torch's values and dtype, odd sizes, a non-contiguous input."""
+    """A scan with a long inner slice (numpy's fast path walks the axis one slice at a time when
+    each step has CUMULATIVE_MIN_STEP elements: dims 0 and 1 here, not 2): torch's values and
+    dtype, odd sizes, a non-contiguous input."""
     g = np.random.default_rng(7)
-    x = g.standard_normal((3, 7, 5, 9)).astype(np.float32)
+    x = g.standard_normal((3, 7, 15, 13)).astype(np.float32)
     x = x * 0.4 + 1 if op_type == "torch.cumprod" else x
     x = x > 0 if dtype is np.bool_ else (x if dtype is np.float32 else np.round(x * 2).astype(dtype))
     x = np.swapaxes(np.swapaxes(x, 0, 3).copy(), 0, 3)  # same values, another memory layout
