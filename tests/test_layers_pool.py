@@ -304,3 +304,20 @@ def test_adaptive_pools_with_runtime_output_sizes(model_backend, tmp_path):
     assert "$output_size" in param.read_text()
     for shape in ((1, 3, 12, 18), (3, 3, 17, 23)):
         compare_graph(param, model_backend, _AdaptiveFromSize(), (torch.randn(*shape),))
+
+
+@pytest.mark.parametrize("op_type,params,shape", [
+    ("F.max_pool1d", {"kernel_size": (9,), "stride": (9,)}, (2, 3, 9)),
+    ("F.max_pool1d", {"kernel_size": (9,), "stride": (1,), "ceil_mode": True}, (2, 3, 9)),
+    ("nn.MaxPool2d", {"kernel_size": (4, 6), "stride": (2, 2)}, (2, 3, 4, 6)),
+])
+def test_max_pool_over_the_whole_map(backend, tmp_path, op_type, params, shape):
+    """A window covering the whole map (TextCNN's ``F.max_pool1d(h, h.size(2))``) is one
+    reduction: torch's values, NaN kept, -inf where a row is all -inf."""
+    x = rnd(*shape)
+    x[0, 0].flat[3] = np.nan
+    x[1, 2] = -np.inf
+    full = dict(params, padding=(0,) * len(params["kernel_size"]), dilation=(1,) * len(params["kernel_size"]))
+    fn_ = F.max_pool1d if len(shape) == 3 else F.max_pool2d
+    want = fn_(t(x), params["kernel_size"], params["stride"], ceil_mode=params.get("ceil_mode", False)).numpy()
+    run_op(backend, tmp_path, op_type, full, [x], want)

@@ -77,6 +77,11 @@ class MaxPool(_PoolBase):
 
     def forward(self, x: Any) -> Any:
         x4, unbatched = self._as4d(x)
+        if (not self.return_indices and tuple(x4.shape[-2:]) == tuple(self.kernel) and not any(self.padding)
+                and tuple(self.dilation) == (1, 1) and x4.shape[-1] * x4.shape[-2] > 1):
+            # one window over the whole map (TextCNN's max_pool1d(h, h.size(2))): one reduction,
+            # not a maximum per tap (82 against 4 us for 29 taps)
+            return self._from4d(self.xp.max(x4, axis=(-2, -1), keepdims=True), unbatched)
         if self._fast is not None:
             y = self._fast(x4, self.kernel, self.stride, self.padding, self.dilation, self.ceil_mode)
             return self._from4d(y, unbatched)
