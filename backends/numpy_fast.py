@@ -4326,13 +4326,24 @@ def take_along(x, index, axis: int) -> np.ndarray | None:
     broadcast index arrays on one thread: DeBERTa's (16, 128, 64) -> (16, 128, 128) relative
     gather took 0.81 ms, 0.40 this way on one thread; torch 0.09). None for other arguments."""
     if (type(x) is not np.ndarray or type(index) is not np.ndarray or index.dtype != np.int64
-            or x.ndim != index.ndim or x.ndim == 0 or index.size < TINY_ELEMENTS):
+            or x.ndim != index.ndim or x.ndim == 0):
+        return None
+    nd = index.ndim
+    if (axis < nd - 1 and all(index.strides[a] == 0 for a in range(axis + 1, nd))
+            and tuple(index.shape[:axis]) == tuple(x.shape[:axis])
+            and tuple(index.shape[axis + 1:]) == tuple(x.shape[axis + 1:])):
+        # the index repeats along every axis after ``axis`` (an expanded (B, k, 1) index: Reformer's
+        # sort, a beam's reorder): whole rows of x taken at once (30 against 3 us on (2, 16, 8))
+        pre, inner = math.prod(x.shape[:axis]), math.prod(x.shape[axis + 1:])
+        rows = index[(slice(None),) * (axis + 1) + (0,) * (nd - axis - 1)].reshape(pre, -1)
+        x3 = np.ascontiguousarray(x).reshape(pre, x.shape[axis], inner)
+        return x3[np.arange(pre)[:, None], rows].reshape(index.shape)
+    if index.size < TINY_ELEMENTS:
         return None  # (small: take_along_axis's one call costs less)
     out = _out(index.shape, x.dtype)
     x = np.ascontiguousarray(x)
     src = x.reshape(-1)
     strides = [st // x.itemsize for st in x.strides]
-    nd = index.ndim
 
     def part(lo, hi):
         idx = index[lo:hi]

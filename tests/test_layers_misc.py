@@ -403,6 +403,7 @@ def test_index_select_and_gather(backend, tmp_path):
 @pytest.mark.parametrize("axis,x_shape,i_shape,expand", [
     (2, (6, 40, 32), (6, 40, 50), True),  # DeBERTa's relative-position gather: an expanded index
     (1, (3, 50, 40), (3, 60, 30), False), (0, (30, 20, 12), (25, 20, 10), False),
+    (1, (4, 30, 8), (4, 20, 8), "tail"),  # Reformer's sort: (B, k, 1) expanded over the rows
 ])
 def test_gather_numpy_fast_path_matches_torch(tmp_path, monkeypatch, axis, x_shape, i_shape, expand):
     """Indices of 4096 elements and more take numpy's flat-position path (split over threads)."""
@@ -413,11 +414,15 @@ def test_gather_numpy_fast_path_matches_torch(tmp_path, monkeypatch, axis, x_sha
 
     rng = np.random.default_rng(3)
     x = rng.standard_normal(x_shape).astype(np.float32)
-    if expand:
+    if expand == "tail":
+        idx = np.broadcast_to(rng.integers(0, x_shape[axis], i_shape[:2] + (1,)), i_shape)
+    elif expand:
         idx = np.broadcast_to(rng.integers(0, x_shape[axis], (1,) + i_shape[1:]), i_shape)
     else:
         idx = rng.integers(0, x_shape[axis], i_shape)
     e = torch.gather(torch.from_numpy(x), axis, torch.from_numpy(np.ascontiguousarray(idx)))
+    if expand == "tail":  # (the graph's input is a copy: the expanded view as an expand layer makes it)
+        np.testing.assert_array_equal(nf.take_along(x[:, :, :i_shape[2]], idx, axis), t2n(e))
     param = one_op_param(tmp_path, "torch.gather", [x, idx], [t2n(e)], f"dim={axis}", None, ["input", "index"])
     g = kuiper_xp.load(param, backend="numpy")
     old = nf.set_num_threads(2)
