@@ -3033,6 +3033,14 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
             drop = np.broadcast_to(drop, lead + (L, S))
         except ValueError:
             return None
+    if q.ndim > 4:
+        # several item axes (Twins' and NesT's (batch, windows, heads, N, d)): merged into one, so
+        # that blocks of items are stacked products (4 x 64 windows: 10.0 -> 2.9 ms; item by
+        # item it took 3x the unfused layers)
+        def merged(a):
+            return None if a is None else a.reshape((-1,) + a.shape[-3:])
+        y = attention(merged(q), merged(k), merged(v), scale, merged(mask), merged(drop), fill)
+        return None if y is None else y.reshape(lead[:-1] + y.shape[1:])
     outer, H = lead[:-1], lead[-1]
     buf = _out(outer + (L, H, Dv), dt)
     out = np.swapaxes(buf, -3, -2)

@@ -560,6 +560,34 @@ def test_numpy_fast_attention(case, monkeypatch):
     assert_close(got, want, rtol=rtol, what="against torch")
 
 
+@pytest.mark.parametrize("masked", ["none", "mask", "drop"])
+def test_numpy_fast_attention_with_several_item_axes(masked):
+    """(batch, windows, heads, N, d) operands (Twins, NesT) are merged into one item axis: the
+    same values as torch's softmax attention, a (windows, 1, N, N) mask broadcast over the batch."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal((3, 5, 2, 7, 4)).astype(np.float32) for _ in range(3))
+    mask = drop = None
+    tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+    w = tq @ tk.transpose(-1, -2) * 0.5
+    if masked == "mask":
+        mask = np.where(rng.random((5, 1, 7, 7)) < 0.3, -100.0, 0.0).astype(np.float32)
+        w = w + torch.from_numpy(mask)
+    elif masked == "drop":
+        drop = rng.random((5, 1, 7, 7)) < 0.3
+        w = w.masked_fill(torch.from_numpy(drop), -1e9)
+    want = torch.softmax(w, -1) @ tv
+    old = nf.set_num_threads(2)
+    try:
+        with nf.compute_scope():
+            got = nf.attention(q, k, v, 0.5, mask, drop, -1e9)
+    finally:
+        nf.set_num_threads(old)
+    assert got is not None and got.shape == (3, 5, 2, 7, 4)
+    assert_close(got, want.numpy(), rtol=1e-5)
+
+
 def test_numpy_fast_attention_declines():
     from kuiper_xp.backends import numpy_fast as nf
 
