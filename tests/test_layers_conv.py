@@ -708,6 +708,24 @@ def _check_depthwise_variants(plan, x, wt, b, pads, expected):
     np.testing.assert_allclose(got64, want64.numpy(), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("case", [(2, 12, 20, 18, (3, 3), ((1, 1), (1, 1))), (1, 6, 17, 23, (3, 3), ((0, 1), (1, 0)))])
+def test_numpy_fast_depthwise_of_a_channels_last_view(monkeypatch, case):
+    """A large map that arrives channels-last (the (B, C, H, W) view of a transformer's tokens,
+    PVT-v2's MLP) takes the einsum path even with 9 taps, not the planar taps' per-channel
+    gathers: torch's result, fused activations, float64."""
+    x, wt, b, pads, expected, plan = _depthwise_case(case)
+    xv = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # same values, channels-last
+    used = []
+    real = plan._run_depthwise_einsum
+    monkeypatch.setattr(plan, "_run_depthwise_einsum", lambda *a, **k: used.append(1) or real(*a, **k))
+    assert_close(plan(xv), expected.numpy(), rtol=RTOL, what="channels-last view")
+    assert used
+    used.clear()
+    assert_close(plan(x), expected.numpy(), rtol=RTOL, what="planar input")
+    assert not used  # (a planar input keeps the tap passes)
+    _check_depthwise_variants(plan, xv, wt, b, pads, expected)
+
+
 BAND = [  # n, c, h, w, (kh, kw), pads: widths a multiple of the band width and not, one band
     (1, 12, 30, 32, (7, 7), ((3, 3), (3, 3))),  # 2 bands of 16: written straight into the output
     (3, 10, 23, 37, (7, 7), ((3, 3), (3, 3))),  # 3 bands of 13 for 37 columns
