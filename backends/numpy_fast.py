@@ -4037,15 +4037,11 @@ if _NUMBA_AT_IMPORT:
     try:
         use_numba(True)
     except ImportError as _e:
-        import warnings
-
         warnings.warn(f"KUIPER_XP_NUMBA is set but {_e}; using the numpy paths", RuntimeWarning, stacklevel=2)
 if _MKL_AT_IMPORT:
     try:
         use_mkl(True)
     except ImportError as _e:
-        import warnings
-
         warnings.warn(f"KUIPER_XP_MKL is set but {_e}; using numpy's own paths", RuntimeWarning, stacklevel=2)
 
 
