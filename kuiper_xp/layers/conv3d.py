@@ -37,8 +37,9 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
+from .pooling import adaptive_slots
 from .registry import register
-from .shape import input_slots, runtime_ints
+from .shape import runtime_ints
 
 
 def _triple(op, key: str, default: int | None) -> tuple[int, int, int]:
@@ -399,9 +400,7 @@ class _Adaptive3d(Layer):
         ri = op.param("return_indices", bool, default=False)
         if len(op.outputs) != (2 if ri else 1):
             raise LayerParameterError(f"{op.where}: return_indices={ri} needs {2 if ri else 1} output(s)")
-        slots = input_slots(op, ("input", "output_size"))
-        if "input" not in slots:
-            slots["input"] = 1 if slots.get("output_size") == 0 else 0
+        slots = adaptive_slots(op)
         size = None if "output_size" in slots else _adaptive_size(
             op.param("output_size", list), f"{op.where}: output_size", LayerParameterError)
         return cls(ctx, size, ri, op.where, slots)

@@ -127,11 +127,11 @@ class AvgPool(_PoolBase):
         return self._from4d(y, unbatched)
 
 
-def _output_size(op, nd):
+def _output_size(op, nd, slots: dict[str, int]):
     """The ``output_size`` parameter as ``nd`` sizes (None keeps the input's), or None when it is
-    a runtime operand (``$output_size``: pnnx's form when the input's spatial size is dynamic,
-    ``F.interpolate(scale_factor=0.25, mode="area")``)."""
-    if "output_size" in input_slots(op, ("input", "output_size")):
+    a runtime operand (``$output_size`` in ``slots``: pnnx's form when the input's spatial size is
+    dynamic, ``F.interpolate(scale_factor=0.25, mode="area")``)."""
+    if "output_size" in slots:
         return None
     return _check_output_size(op.param("output_size", list), nd, f"{op.where}: output_size",
                               LayerParameterError)
@@ -151,7 +151,8 @@ def _check_output_size(raw, nd: int, what: str, err: type[Exception]) -> tuple:
     return (None,) + sizes if nd == 1 else sizes
 
 
-def _adaptive_slots(op) -> dict[str, int]:
+def adaptive_slots(op) -> dict[str, int]:
+    """Positions of an adaptive pool's ``input`` and (when a runtime operand) ``output_size``."""
     slots = input_slots(op, ("input", "output_size"))
     if "input" not in slots:
         slots["input"] = 1 if slots.get("output_size") == 0 else 0
@@ -159,11 +160,11 @@ def _adaptive_slots(op) -> dict[str, int]:
 
 
 class _AdaptiveBase(_PoolBase):
-    def __init__(self, ctx: BuildContext, nd, output_size):
+    def __init__(self, ctx: BuildContext, nd, output_size, slots: dict[str, int]):
         super().__init__(ctx)
         self.nd = nd
         self.output_size = output_size
-        self.slots = {"input": 0}
+        self.slots = slots
 
     def _operands(self, inputs: tuple) -> tuple[Any, tuple]:
         """The input and the output size (the parameter, or the ``$output_size`` operand)."""
@@ -174,9 +175,8 @@ class _AdaptiveBase(_PoolBase):
         raw = runtime_ints(inputs[self.slots["output_size"]], who, "output_size")
         return x, _check_output_size(raw, self.nd, who, ShapeError)
 
-    def _out_hw(self, x4: Any, output_size: tuple | None = None) -> tuple[int, int]:
+    def _out_hw(self, x4: Any, size: tuple) -> tuple[int, int]:
         h, w = x4.shape[-2:]
-        size = self.output_size if output_size is None else output_size
         oh = h if size[0] is None else size[0]
         ow = w if size[1] is None else size[1]
         if (oh > 0 and h == 0) or (ow > 0 and w == 0) or oh == 0 or ow == 0:
@@ -191,10 +191,8 @@ class AdaptiveAvgPool(_AdaptiveBase):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        nd = _dims(op)
-        layer = cls(ctx, nd, _output_size(op, nd))
-        layer.slots = _adaptive_slots(op)
-        return layer
+        nd, slots = _dims(op), adaptive_slots(op)
+        return cls(ctx, nd, _output_size(op, nd, slots), slots)
 
     def forward(self, *inputs: Any) -> Any:
         x, size = self._operands(inputs)
@@ -208,8 +206,8 @@ class AdaptiveMaxPool(_AdaptiveBase):
     """torch ``adaptive_max_pool1d/2d``; with ``return_indices`` (what pnnx writes for the
     functional form) a second int64 output of flat indices."""
 
-    def __init__(self, ctx, nd, output_size, return_indices):
-        super().__init__(ctx, nd, output_size)
+    def __init__(self, ctx, nd, output_size, slots, return_indices):
+        super().__init__(ctx, nd, output_size, slots)
         self.return_indices = return_indices
 
     @classmethod
@@ -217,9 +215,8 @@ class AdaptiveMaxPool(_AdaptiveBase):
         nd = _dims(op)
         ri = op.param("return_indices", bool, default=False)
         _n_outputs(op, ri)
-        layer = cls(ctx, nd, _output_size(op, nd), ri)
-        layer.slots = _adaptive_slots(op)
-        return layer
+        slots = adaptive_slots(op)
+        return cls(ctx, nd, _output_size(op, nd, slots), slots, ri)
 
     def forward(self, *inputs: Any) -> Any:
         x, size = self._operands(inputs)
