@@ -550,11 +550,7 @@ class GridSample(Layer):
 
         def tap(yy: Any, xx: Any, weight: Any = None) -> None:
             """A read of x at integer positions (yy, xx) (float arrays (N, L)) times ``weight``."""
-            ok = (xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1)  # (False for NaN)
-            inside = xp.astype(ok, x.dtype)
-            pos = xp.clip(yy, 0, h - 1) * w + xp.clip(xx, 0, w - 1)
-            idx = xp.astype(xp.where(ok, pos, xp.zeros((), dtype=pos.dtype, device=self.device)), xp.int64)
-            taps.append((idx, inside if weight is None else inside * weight))  # (0 * NaN: NaN, as torch)
+            taps.append(self._tap((yy, xx), (h, w), weight))
 
         if self.mode == "nearest":
             tap(xp.round(self._source(gy, h)), xp.round(self._source(gx, w)))
@@ -577,6 +573,23 @@ class GridSample(Layer):
             tap(y0 + 1, x0, fy * ex)
             tap(y0 + 1, x0 + 1, fy * fx)
         return xp.reshape(self._gather(flat, taps), (n, c, ho, wo))
+
+    def _tap(self, coords: tuple, sizes: tuple, weight: Any) -> tuple[Any, Any]:
+        """One read at integer positions ``coords`` (float arrays (N, L), outermost axis first,
+        in a map of ``sizes``): the flat (N, L) int64 index and the weight, 0 outside the map
+        (where the index is 0); NaN coordinates are outside."""
+        xp = self.xp
+        ok = None
+        for c, n in zip(coords, sizes):
+            inside = (c >= 0) & (c <= n - 1)  # (False for NaN)
+            ok = inside if ok is None else ok & inside
+        pos = None
+        for c, n in zip(coords, sizes):
+            c = xp.clip(c, 0, n - 1)
+            pos = c if pos is None else pos * n + c
+        idx = xp.astype(xp.where(ok, pos, xp.zeros((), dtype=pos.dtype, device=self.device)), xp.int64)
+        wt = xp.astype(ok, pos.dtype)
+        return idx, wt if weight is None else wt * weight  # (0 * NaN: NaN, as torch)
 
     def _gather(self, flat: Any, taps: list[tuple[Any, Any]]) -> Any:
         """``sum_t flat[n, :, idx_t[n]] * w_t[n]`` over the taps ((N, L) flat indices and weights)."""
@@ -603,14 +616,9 @@ class GridSample(Layer):
         g = [xp.reshape(grid[..., k], (n, do * ho * wo)) for k in range(3)]  # x, y, z
         flat = xp.reshape(x, (n, c, d * h * w))
         taps: list[tuple[Any, Any]] = []
-        zero = xp.zeros((), dtype=x.dtype, device=self.device)
 
         def tap(zz: Any, yy: Any, xx: Any, weight: Any = None) -> None:
-            ok = (xx >= 0) & (xx <= w - 1) & (yy >= 0) & (yy <= h - 1) & (zz >= 0) & (zz <= d - 1)
-            inside = xp.astype(ok, x.dtype)
-            pos = (xp.clip(zz, 0, d - 1) * h + xp.clip(yy, 0, h - 1)) * w + xp.clip(xx, 0, w - 1)
-            idx = xp.astype(xp.where(ok, pos, zero), xp.int64)
-            taps.append((idx, inside if weight is None else inside * weight))
+            taps.append(self._tap((zz, yy, xx), (d, h, w), weight))
 
         ix, iy, iz = self._source(g[0], w), self._source(g[1], h), self._source(g[2], d)
         if self.mode == "nearest":
