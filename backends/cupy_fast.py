@@ -60,7 +60,9 @@ UNARY_ACTIVATIONS = frozenset(_UNARY_BODIES)
 
 # "relu", ("clamp", lo, hi), ("leaky", slope), ("elu", alpha, scale, div): as the layers and torch
 # (x > 0 ? x : x * s keeps NaN; clamp by comparisons keeps NaN, -0.0 and subnormals)
-_CLAMP = ("T v = x; if (v < lo) v = lo; if (v > hi) v = hi; y = v;", "T lo, T hi")
+# a NaN bound gives NaN everywhere, as torch.clamp
+_CLAMP = ("T v = x; if (v < lo) v = lo; if (v > hi) v = hi; if (lo != lo) v = lo; if (hi != hi) v = hi; "
+          "y = v;", "T lo, T hi")
 _RELU = ("y = (x != x) ? x : (signbit(x) ? T(0) : x);", "")  # by the sign bit: kernels flush
 # subnormals to zero in comparisons (-1e-45 < 0 was false on an H100), the stored x is not flushed
 _LEAKY = ("y = x > T(0) ? x : x * s;", "T s")

@@ -211,11 +211,18 @@ SPECIAL = {
 def test_special_function_wide_range(op_type, dtype, backend):
     fn, gen, tol32, tol64 = SPECIAL[op_type]
     x = gen().astype(dtype)
+    rtol, atol = tol32 if dtype == "float32" else tol64
+    ref = x
+    if backend.name == "cupy" and dtype == "float32":
+        # CuPy compiles its kernels with -ftz=true: float32 subnormal inputs read as zero and
+        # subnormal results are written as zero; the reference flushes the inputs likewise
+        tiny = np.finfo(np.float32).tiny
+        ref = np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x)
+        atol = max(atol, float(tiny))
     with np.errstate(all="ignore"):
-        want = fn(torch.from_numpy(x)).numpy()
+        want = fn(torch.from_numpy(ref)).numpy()
     layer = make_layer(backend, f"{op_type} f 1 1 0 1")
     got = backend.to_numpy(layer(backend.asarray(x)))
-    rtol, atol = tol32 if dtype == "float32" else tol64
     _close(got, want, rtol, atol, f"{op_type} {dtype}")
 
 

@@ -212,7 +212,9 @@ def test_placement_is_skipped_and_undone_while_other_work_keeps_the_cpus_busy(th
         nf._parallel(part, 3, 1 << 30)
         assert len(os.sched_getaffinity(0)) == 1
     assert seen[1] != before
-    runnable["n"] = 1 + len(before)  # as many other runnable threads as CPUs
+    # twice as many other runnable threads as CPUs: the first busy sample is averaged with the
+    # quiet one before it (on 2 CPUs one CPU's worth already tips it, on 16 it did not)
+    runnable["n"] = 1 + 2 * len(before)
     seen.clear()
     with nf.compute_scope():
         nf._parallel(part, 3, 1 << 30)

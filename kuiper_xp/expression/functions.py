@@ -312,6 +312,16 @@ def wrap_int(v: int, info: Any) -> int:
     return (v - info.min) % span + info.min
 
 
+def astype_wrapping(xp: Any, x: Any, dtype: Any) -> Any:
+    """``x`` cast to ``dtype``; a float array cast to an 8- or 16-bit integer goes through int64,
+    so out-of-range values wrap modulo 2**bits as torch's CPU cast does (``-4.0`` to uint8 is 252)
+    on every backend: CuPy's direct float-to-uint8 conversion saturates (0)."""
+    if x.dtype != dtype and dtype in (xp.int8, xp.uint8, xp.int16) \
+            and xp.isdtype(x.dtype, "real floating"):
+        x = xp.astype(x, xp.int64)
+    return xp.astype(x, dtype)
+
+
 #: float32 logarithms computed in float64 and rounded (up to LOG_VIA_FLOAT64_MAX elements): torch's
 #: float32 log is within an ulp of the correctly rounded value and so is this, but NumPy's
 #: float32 log / log10 / log1p differ from torch's on 12% / 40-50% / 8% of random values (the
@@ -785,7 +795,7 @@ class ArrayOps:
                 return to_py(x)
             if dtype is None:
                 raise OpError(f"{name}: dtype {target} is not available in this array library")
-            return xp.astype(x, dtype) if x.dtype != dtype else x
+            return astype_wrapping(xp, x, dtype) if x.dtype != dtype else x
 
         cast.__name__ = name.replace(".", "_")
         return cast

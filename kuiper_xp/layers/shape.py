@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.expression.functions import astype_wrapping
 
 from .base import BuildContext, Layer
 from .registry import register
@@ -1167,7 +1168,7 @@ class Cast(ShapeLayer):
     def forward(self, x: Any, *_: Any) -> Any:
         if self.dtype is None or x.dtype == self.dtype:
             return x
-        return self.xp.astype(x, self.dtype)
+        return astype_wrapping(self.xp, x, self.dtype)
 
 
 @register("Tensor.type_as")
@@ -1175,4 +1176,4 @@ class TypeAs(Layer):
     """Cast the first input to the dtype of the second."""
 
     def forward(self, x: Any, other: Any) -> Any:
-        return x if x.dtype == other.dtype else self.xp.astype(x, other.dtype)
+        return x if x.dtype == other.dtype else astype_wrapping(self.xp, x, other.dtype)
