@@ -242,3 +242,10 @@ def special_inputs(n, shapes, dtype, seed=0):
         flat[: min(flat.size, SPECIAL_VALUES.size)] = SPECIAL_VALUES[: flat.size].astype(dtype)
         out.append(x)
     return out
+
+
+def bad_value(backend, value) -> str:
+    """The offending index as a range error names it (followed by a space): where the backend
+    defers range checks to the end of a pass (a GPU; kuiper_xp.layers.checks) the value is not
+    read back, and the message names none."""
+    return f"{value} " if backend.cheap_host_reads else ""

@@ -9,10 +9,11 @@ import warnings
 import numpy as np
 import pytest
 from conftest import assert_close
-from helpers import export_torch, make_layer, special_inputs, torch_outputs
+from helpers import export_module, export_torch, make_layer, special_inputs, torch_outputs
 from kuiper_xp.backends import get_backend, list_backends
 
 import kuiper_xp
+from kuiper_xp.errors import ShapeError
 
 _CUPY = {i.name: i for i in list_backends()}["cupy"]
 pytestmark = pytest.mark.skipif(not _CUPY.available, reason=f"cupy unavailable: {_CUPY.reason}")
@@ -178,3 +179,41 @@ def test_cuda_graphs_switched_off_by_the_environment(small_net, monkeypatch):
     monkeypatch.setenv("KUIPER_XP_CUDA_GRAPHS", "0")
     g = kuiper_xp.load(small_net[1], backend="cupy")
     assert not g.cuda_graphs
+
+
+class Lookups(torch.nn.Module):
+    """Data-indexed lookups (embedding, gather, advanced index, one_hot) whose range checks read
+    nothing on the host on cupy, so the pass can be captured."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(9, 4)
+
+    def forward(self, ids, x, g):
+        e = self.emb(ids)
+        return e + torch.gather(x, 1, g)[:, :, None] + x[:, ids[0] % 6][..., None], F.one_hot(ids, 10).sum(1)
+
+
+def test_lookups_are_captured_and_their_range_checked_after_each_replay(tmp_path):
+    """Embedding, gather, Tensor.index and one_hot check their index range on the device (flags
+    read once per pass, kuiper_xp.layers.checks): the pass is captured as a CUDA graph, and a
+    bad index in a later replay is still a ShapeError naming the operator."""
+    torch.manual_seed(0)
+    m = Lookups().eval()
+    ids, x, g = torch.tensor([[0, 8, 3, 2]]), torch.randn(1, 6), torch.tensor([[5, 0, 1, 1]])
+    param = export_module(m, (ids, x, g), tmp_path,  # (pnnx's python file: a SyntaxError, ignored)
+                          inputs2=(ids.repeat(2, 1), x.repeat(2, 1), g.repeat(2, 1)))
+    gr = kuiper_xp.load(param, backend="cupy")
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        args = (rng.integers(0, 9, (1, 4)), rng.standard_normal((1, 6)).astype(np.float32),
+                rng.integers(0, 6, (1, 4)))
+        for a, e in zip(gr(*args), torch_outputs(m, tuple(torch.from_numpy(v) for v in args))):
+            assert_close(a, e, rtol=1e-5)
+    st = gr._replayer.stats
+    assert st["captured"] == 1 and not st["failed"] and st["replays"] == 2, st
+    with pytest.raises(ShapeError, match=r"nn\.Embedding.*out of range for an embedding table of 9 rows"):
+        gr(np.array([[0, 9, 1, 1]]), args[1], args[2])
+    with pytest.raises(ShapeError, match=r"torch\.gather.*out of range"):
+        gr(args[0], args[1], np.array([[0, 6, 1, 1]]))
+    assert gr._replayer.stats["replays"] == 4

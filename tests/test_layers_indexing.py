@@ -8,6 +8,7 @@ traced with one count runs on inputs with another."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
-from helpers import case_exporter
+from helpers import bad_value, case_exporter
 from test_layers_misc import make_layer, t2n
 from torch import nn
 
@@ -64,6 +65,12 @@ CASES = {
                     {"Tensor.index"}),
     "one_hot": (Fn(lambda s, x: F.one_hot(x, 7).float() * 3), (torch.tensor([[0, 6, 2], [1, 1, 5]]),),
                 {"aten::one_hot"}),
+    # every data-indexed lookup whose range is checked (kuiper_xp.layers.checks), one input each
+    "lookups": (Fn(lambda s, x, e, g, k, j, h: (s.m[0](e), torch.gather(x, 1, g), x.index_select(1, k),
+                                                 x[:, j], F.one_hot(h, 9)), nn.Embedding(9, 3)),
+                (_r(2, 6), torch.tensor([[0, 8, 3]]), torch.tensor([[5, 0], [1, 2]]), torch.tensor([2, 5, 0]),
+                 torch.tensor([1, -6]), torch.tensor([8, 0])),
+                {"nn.Embedding", "torch.gather", "torch.index_select", "Tensor.index", "aten::one_hot"}),
     # scatter(reduce='multiply'): pnnx passes the reduction as a fifth input (was refused)
     "scatter_multiply": (Fn(lambda s, x, i: torch.scatter(x, 1, i, x[:, :4] + 2, reduce="multiply")),
                          (_r(3, 6), torch.tensor([[0, 0, 2, 1], [5, 5, 5, 0], [3, 1, 1, 4]])), {"aten::scatter"}),
@@ -245,9 +252,9 @@ def test_constant_and_integer_indices_keep_full_shape_checks(backend, exported):
 def test_index_errors_name_the_operator(exported, backend):
     g = kuiper_xp.load(exported("index_input"), backend=backend)
     x = t2n(_r(2, 5, 3))
-    with pytest.raises(ShapeError, match=r"Tensor\.index.*index 5 is out of range for axis 1 of size 5"):
+    with pytest.raises(ShapeError, match=rf"Tensor\.index.*index {bad_value(backend, 5)}is out of range for axis 1 of size 5"):
         g(x, np.array([5, 0, 1, 2]))
-    with pytest.raises(ShapeError, match=r"index -6 is out of range"):
+    with pytest.raises(ShapeError, match=rf"index {bad_value(backend, -6)}is out of range"):
         g(x, np.array([-6, 0, 1, 2]))
     layer = make_layer(backend, "Tensor.index idx 2 1 0 1 2 $input=0 $expr=1", 2)
     xb = backend.asarray(x)
@@ -266,6 +273,47 @@ def test_one_hot_and_scatter_reject_out_of_range(exported, backend):
     g = kuiper_xp.load(exported("scatter"), backend=backend)
     with pytest.raises(ShapeError, match=r"aten::scatter.*out of range"):
         g(t2n(_r(3, 2)), np.array([[0, 8], [1, 1], [2, 2]]))
+
+
+LOOKUP_ERRORS = [  # (input position, bad value, the error)
+    (1, [[0, 9, 3]], r"nn\.Embedding.*out of range for an embedding table of 9 rows"),
+    (2, [[6, 0], [1, 2]], r"torch\.gather.*out of range for a dimension of size 6"),
+    (3, [2, -1, 0], r"torch\.index_select.*out of range for a dimension of size 6"),
+    (4, [1, 6], r"Tensor\.index.*out of range for axis 1 of size 6"),
+    (5, [9, 0], r"aten::one_hot.*class values must be in \[0, 9\)"),
+]
+
+
+@pytest.mark.parametrize("replayed", [False, True], ids=["eager", "replayed"])
+def test_range_checks_deferred_to_the_end_of_a_pass(exported, backend, replayed):
+    """Where reading device values on the host is not cheap (a GPU: the check would stop the
+    device and a CUDA-graph capture), a pass's range checks are flags on the device, read once
+    when the pass ends (kuiper_xp.layers.checks): the same results as torch, and each bad index
+    still a ShapeError naming its operator, also when the pass comes from a replayer (the flags
+    its last output)."""
+    deferred = copy.copy(backend)
+    deferred.cheap_host_reads = False
+    g = kuiper_xp.load(exported("lookups"), backend=deferred)
+    if replayed:
+        runs = []
+        g._replayer, g.cuda_graphs = (lambda xs, run: runs.append(1) or run(xs)), True
+    module, inputs, _ = CASES["lookups"]
+    with torch.no_grad():
+        want = module.eval()(*inputs)
+    got = g(*[t2n(t) for t in inputs])
+    _same_as_torch(backend, got, want, "lookups")
+    for pos, bad, error in LOOKUP_ERRORS:
+        args = [t2n(t) for t in inputs]
+        args[pos] = np.array(bad)
+        with pytest.raises(ShapeError, match=error):
+            g(*args)
+    assert not replayed or len(runs) == 1 + len(LOOKUP_ERRORS)
+    # the same errors with the bad value named where the checks read the host
+    plain = kuiper_xp.load(exported("lookups"), backend=backend)
+    args = [t2n(t) for t in inputs]
+    args[1] = np.array([[0, 9, 3]])
+    with pytest.raises(ShapeError, match=rf"index {bad_value(backend, 9)}is out of range for an embedding table"):
+        plain(*args)
 
 
 def test_fold_rejects_a_wrong_block_count(backend):

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
-from helpers import export_module  # noqa: F401  (imported from here by other test files)
+from helpers import bad_value, export_module  # noqa: F401  (export_module: imported from here by other test files)
 from torch import nn
 
 import kuiper_xp
@@ -446,7 +446,7 @@ def test_index_select_and_gather_refuse_out_of_range_indices(backend, tmp_path, 
     param = one_op_param(tmp_path, op_type, [x, idx], [np.zeros((3, 2) if idx.ndim == 1 else (1, 2), np.float32)],
                          "dim=1", None, ["input", "index"])
     g = kuiper_xp.load(param, backend=backend)
-    with pytest.raises(kuiper_xp.errors.ShapeError, match=rf"{op_type} 'op'.*index {bad} is out of range for a dimension of size 6"):
+    with pytest.raises(kuiper_xp.errors.ShapeError, match=rf"{op_type} 'op'.*index {bad_value(backend, bad)}is out of range for a dimension of size 6"):
         g(x, idx)
 
 

@@ -48,6 +48,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
+from .checks import check_range
 from .misc import is_float, output_dtype, promote
 from .registry import register
 from .shape import dtype_name, norm_dim, norm_dims, runtime_int, runtime_ints
@@ -283,10 +284,9 @@ class Take(_ArrayLayer):
         n = flat.shape[0]
         idx = xp.reshape(index, (-1,))
         if idx.shape[0]:
-            lo, hi = int(xp.min(idx)), int(xp.max(idx))
-            if lo < -n or hi >= n:
-                bad = lo if lo < -n else hi
-                raise ShapeError(f"{self.who}: index {bad} is out of range for a tensor of {n} elements")
+            idx, _ = check_range(xp, idx, -n, n, lambda bad: f"{self.who}: index "
+                                 f"{'' if bad is None else f'{bad} '}is out of range for a tensor "
+                                 f"of {n} elements")
             idx = xp.where(idx < 0, idx + n, idx)
         return xp.reshape(xp.take(flat, idx, axis=0), tuple(index.shape))
 

@@ -50,6 +50,7 @@ from typing import Any
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
+from .checks import check_range
 from .misc import input_slots, is_float, promote, to_float
 from .registry import register
 
@@ -704,7 +705,8 @@ def _apply_arrange(xp: Any, a: Any, arrangement: tuple) -> Any:
 class Embedding(Layer):
     """Row lookup ``weight[index]`` for an integer index tensor of any shape; ``max_norm``
     rescales looked-up rows whose ``norm_type``-norm exceeds it (torch renormalises the weight
-    in place, which gives the same outputs). Out-of-range indices are not checked per call."""
+    in place, which gives the same outputs). An index out of range is a ShapeError (on a GPU
+    reported when the pass ends: kuiper_xp.layers.checks)."""
 
     def __init__(self, ctx: BuildContext, weight: Any, pos: dict[str, int], max_norm: float | None,
                  norm_type: float, where: str):
@@ -735,11 +737,10 @@ class Embedding(Layer):
         flat = xp.reshape(idx, (-1,))
         if flat.dtype != xp.int64:
             flat = xp.astype(flat, xp.int64)
-        if self.backend.cheap_host_reads and flat.shape[0]:
-            lo, hi = int(xp.min(flat)), int(xp.max(flat))
-            if lo < 0 or hi >= weight.shape[0]:  # (torch raises; take would wrap a negative id)
-                raise ShapeError(f"{self.where}: index {lo if lo < 0 else hi} is out of range for an "
-                                 f"embedding table of {weight.shape[0]} rows")
+        n = weight.shape[0]  # (torch raises; take would wrap a negative id, CuPy's any id)
+        flat, _ = check_range(xp, flat, 0, n, lambda bad: f"{self.where}: index "
+                              f"{'' if bad is None else f'{bad} '}is out of range for an embedding "
+                              f"table of {n} rows")
         rows = xp.take(weight, flat, axis=0)
         if self.max_norm is not None:
             p = self.norm_type

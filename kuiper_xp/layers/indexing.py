@@ -39,6 +39,7 @@ from kuiper_xp.errors import ExpressionError, LayerParameterError, ShapeError
 from kuiper_xp.expression import parse
 
 from .base import BuildContext, Layer
+from .checks import check_range
 from .expression import expression_text
 from .misc import input_slots, to_int
 from .registry import register
@@ -171,14 +172,11 @@ def advanced_index(xp: Any, x: Any, items: list, where: str) -> Any:
             raise ShapeError(f"{where}: index for axis {a} must be integer or bool, found {it.dtype}")
         n = x.shape[a]
         it = xp.astype(it, xp.int64)
-        if it.size:
-            lo, hi = int(xp.min(it)), int(xp.max(it))
-            if lo < -n or hi >= n:
-                bad = lo if lo < -n else hi
-                raise ShapeError(f"{where}: index {bad} is out of range for axis {a} of size {n} "
-                                 f"(input shape {tuple(x.shape)})")
-            if lo < 0:
-                it = xp.where(it < 0, it + n, it)
+        it, least = check_range(xp, it, -n, n, lambda bad, a=a, n=n: f"{where}: index "
+                                f"{'' if bad is None else f'{bad} '}is out of range for axis {a} of "
+                                f"size {n} (input shape {tuple(x.shape)})")
+        if least is None or least < 0:
+            it = xp.where(it < 0, it + n, it)
         arrays.append(it)
     try:
         arrays = list(xp.broadcast_arrays(*arrays)) if len(arrays) > 1 else arrays
@@ -299,9 +297,8 @@ class OneHot(Layer):
             raise ShapeError(f"{self.where}: num_classes={n}; expected -1 or a count")
         if n == -1:
             n = int(xp.max(x)) + 1 if x.size else 0
-        if x.size and (int(xp.min(x)) < 0 or int(xp.max(x)) >= n):
-            raise ShapeError(f"{self.where}: class values must be in [0, {n}), found "
-                             f"{int(xp.min(x))}..{int(xp.max(x))}")
+        x, _ = check_range(xp, x, 0, n, lambda bad: f"{self.where}: class values must be in [0, {n}), "
+                           f"found {'one outside' if bad is None else bad}")
         classes = xp.arange(n, dtype=xp.int64, device=self.device)
         return xp.astype(xp.astype(x, xp.int64)[..., None] == classes, xp.int64)
 
@@ -355,8 +352,8 @@ class Scatter(Layer):
             raise ShapeError(f"{self.where}: index has {index.ndim} dims, input has {x.ndim}")
         axis = dim % x.ndim
         n = x.shape[axis]
-        if index.size and (int(xp.min(index)) < -n or int(xp.max(index)) >= n):
-            raise ShapeError(f"{self.where}: index out of range for dim {axis} of size {n}")
+        index, _ = check_range(xp, index, -n, n, lambda bad: f"{self.where}: index "
+                               f"{'' if bad is None else f'{bad} '}is out of range for dim {axis} of size {n}")
         for a in range(x.ndim):
             if a != axis and index.shape[a] > x.shape[a]:
                 raise ShapeError(f"{self.where}: index shape {tuple(index.shape)} exceeds input shape "
@@ -471,9 +468,8 @@ class EmbeddingBag(Layer):
                              f"and {tuple(offsets.shape)}")
         num, length = weight.shape[0], indices.shape[0]
         idx = xp.astype(indices, xp.int64)
-        if length and (int(xp.min(idx)) < 0 or int(xp.max(idx)) >= num):
-            raise ShapeError(f"{self.where}: indices must be in [0, {num}), found "
-                             f"{int(xp.min(idx))}..{int(xp.max(idx))}")
+        idx, _ = check_range(xp, idx, 0, num, lambda bad: f"{self.where}: indices must be in [0, {num}), "
+                             f"found {'one outside' if bad is None else bad}")
         offs = xp.astype(offsets, xp.int64)
         if include_last is not None and bool(to_int(include_last, "include_last_offset")):
             offs = offs[:-1]

@@ -24,6 +24,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 from kuiper_xp.expression.functions import wrap_int
 
 from .base import BuildContext, Layer
+from .checks import check_range
 from .registry import register
 from .shape import runtime_ints
 
@@ -674,13 +675,10 @@ def index_array(xp: Any, index: Any, n: int, where: str, negative: bool, what: s
         raise ShapeError(f"{where}: {what} must be an integer tensor, found "
                          f"{getattr(index, 'dtype', type(index).__name__)}")
     index = xp.astype(index, xp.int64, copy=False)
-    if index.size:
-        lo, hi = int(xp.min(index)), int(xp.max(index))
-        if hi >= n or lo < (-n if negative else 0):
-            bad = hi if hi >= n else lo
-            raise ShapeError(f"{where}: {what} {bad} is out of range for a dimension of size {n}")
-        if negative and lo < 0:
-            index = xp.where(index < 0, index + n, index)
+    index, least = check_range(xp, index, -n if negative else 0, n, lambda bad: f"{where}: {what} "
+                               f"{'' if bad is None else f'{bad} '}is out of range for a dimension of size {n}")
+    if negative and (least is None or least < 0):
+        index = xp.where(index < 0, index + n, index)
     return index
 
 

@@ -14,6 +14,7 @@ we bound the live set). ``forward()`` runs the order and returns the graph outpu
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -32,6 +33,7 @@ from kuiper_xp.errors import (
     UnsupportedOperatorError,
 )
 from kuiper_xp.layers import BuildContext, Layer, registry
+from kuiper_xp.layers.checks import deferring, raise_failed
 from kuiper_xp.pnnx import load_model
 from kuiper_xp.pnnx.ir import DTYPES, Model, Operand, Operator
 
@@ -176,6 +178,9 @@ class Graph:
         #: has none or it is switched off (``cuda_graphs = False``, ``KUIPER_XP_CUDA_GRAPHS=0``)
         self._replayer = self.backend.graph_replayer()
         self.cuda_graphs = self._replayer is not None
+        #: input signature -> the messages of the range checks a replayed pass defers (its
+        #: status value is the replay's last output; see kuiper_xp.layers.checks)
+        self._deferred_messages: dict[tuple, list[str]] = {}
 
     # -- stages ---------------------------------------------------------------------------------
     def init(self) -> Graph:
@@ -676,14 +681,21 @@ class Graph:
         for k, (s, x) in enumerate(zip(self._input_ids, inputs)):
             env[s] = self._convert_input(k, x)
         if self.cuda_graphs and self._replayer is not None and not profile:
-            outs = self._replayer([env[s] for s in self._input_ids], self._run_on)
+            xs = [env[s] for s in self._input_ids]
+            outs = self._replayer(xs, self._run_on)
             if outs is not None:
+                messages = self._deferred_messages.get(_signature(xs))
+                if messages:
+                    outs, code = outs[:-1], outs[-1]
+                    raise_failed(code, messages)
                 return outs
         pool = self._pool
-        with self.backend.compute_scope(pool):
+        with self.backend.compute_scope(pool), self._checks() as pending:
             if pool is not None:
                 pool.reclaim()  # buffers of earlier results the caller has dropped
             self._execute(env, profile)
+        if pending is not None:
+            raise_failed(pending.code, pending.messages)
         outs = tuple(env[s] for s in self._output_ids)
         if any(isinstance(o, (list, tuple)) for o in outs):
             # ``return [a, b]``: pnnx writes one list-valued expression; its items are outputs
@@ -697,9 +709,21 @@ class Graph:
         env: list[Any] = [None] * len(self._slots)
         for s, x in zip(self._input_ids, xs):
             env[s] = x
-        with self.backend.compute_scope(self._pool):
+        with self.backend.compute_scope(self._pool), self._checks() as pending:
             self._execute(env, False)
-        return tuple(env[s] for s in self._output_ids)
+        outs = tuple(env[s] for s in self._output_ids)
+        messages = [] if pending is None or pending.code is None else pending.messages
+        if len(self._deferred_messages) >= 256:  # (many input shapes: the replayer forgets them too)
+            self._deferred_messages.clear()
+        self._deferred_messages[_signature(xs)] = messages
+        return outs + (pending.code,) if messages else outs  # type: ignore[union-attr]
+
+    def _checks(self) -> Any:
+        """Where reading device values on the host is not cheap: a pass's range checks deferred
+        to its end (kuiper_xp.layers.checks); else nothing."""
+        if self.backend.cheap_host_reads:
+            return contextlib.nullcontext()
+        return deferring(self.backend.xp, self.backend.device)
 
     def _execute(self, env: list[Any], profile: bool) -> None:
         timings: list[tuple[str, str, float]] = []
@@ -832,6 +856,11 @@ class Graph:
 def _describe(a: Any) -> str:
     shape = getattr(a, "shape", None)
     return f"{tuple(shape)} {_dtype_name(a.dtype)}" if shape is not None else type(a).__name__
+
+
+def _signature(xs: list) -> tuple:
+    """The shapes and dtypes of a pass's inputs (as the CUDA-graph replayer keys its graphs)."""
+    return tuple((tuple(x.shape), str(x.dtype)) for x in xs)
 
 
 def _note(exc: BaseException, r: RuntimeOperator) -> None:
