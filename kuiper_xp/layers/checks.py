@@ -87,8 +87,3 @@ def check_range(xp: Any, index: Any, lo: int, hi: int,
     if mn < lo or mx >= hi:
         raise ShapeError(message(mn if mn < lo else mx))
     return index, mn
-
-
-def deferred() -> bool:
-    """Whether this thread's checks are deferred now (then no value may be read on the host)."""
-    return getattr(_tls, "pending", None) is not None
