@@ -618,8 +618,8 @@ class compute_scope:
                 threads = _explicit_threads if _explicit_threads is not None else (saved if blas.ok else 1)
                 _scope_saved, _scope_threads = saved, max(1, threads)
                 _gemm_split = blas.ok and _scope_threads > 1
-                if _gemm_split and saved != 1:
-                    blas.set(1)
+                if blas.ok and saved != 1:  # (with one thread of ours too: a pass asked to run on
+                    blas.set(1)             # one thread had OpenBLAS's workers woken every step)
             _scope_depth += 1
         return self
 
@@ -635,7 +635,7 @@ class compute_scope:
         with _scope_lock:
             _scope_depth -= 1
             if _scope_depth == 0:
-                if _gemm_split and _scope_saved != 1:
+                if _scope_saved != 1:
                     _get_blas().set(_scope_saved)
                 _gemm_split = False
         return False
