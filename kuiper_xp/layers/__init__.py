@@ -15,6 +15,7 @@ from . import (  # noqa: F401  (imported for their @register side effects)
     indexing,
     linalg,
     linear,
+    losses,
     mathops,
     misc,
     norm,
