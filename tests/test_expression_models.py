@@ -141,6 +141,24 @@ def test_size_expressions_follow_the_runtime_shapes(exports, model_backend):
     compare_with_torch(module, inputs, model_backend, param=param)
 
 
+class FloorDivBySize(torch.nn.Module):
+    """CenterNet's decode with H and W dynamic: pnnx writes ``torch.div(index, W,
+    rounding_mode="floor")`` as ``div(@0,size(@1,3))``, the float map read only for its size."""
+
+    def forward(self, x):
+        _, i = x.flatten(1).topk(5)
+        return torch.div(i, x.shape[3], rounding_mode="floor"), i % x.shape[3]
+
+
+def test_floor_division_by_a_dynamic_size(model_backend, tmp_path):
+    m = FloorDivBySize()
+    x, x2 = _rand(1, 2, 8, 8, seed=9), _rand(3, 2, 6, 10, seed=10)
+    param = export_torch(m, (x,), tmp_path, inputs2=(x2,))
+    exprs = [op.params["expr"] for op in parse_param(param).operators if op.type == "pnnx.Expression"]
+    assert "div(@0,size(@1,3))" in exprs
+    compare_with_torch(m, (x2,), model_backend, param=param)
+
+
 def test_dynamic_reshape_uses_a_list_expression(exports, model_backend):
     module, inputs, param = exports["reshape"]
     ops = parse_param(param).operators

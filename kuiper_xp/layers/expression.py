@@ -70,18 +70,22 @@ def _string_argument(op, text: str) -> bool:
 
 _INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 _DIV_CALL = re.compile(r"(?<![A-Za-z0-9_])div\(")
+#: an operand read as a value, not only for its size (``size(@1,3)``)
+_VALUE_OPERAND = re.compile(r"(?<!size\()@(\d+)")
 
 
 def integer_floor_division(op: Any, text: str) -> str:
     """pnnx writes ``torch.div(a, b, rounding_mode="floor")`` as a plain ``div`` (README: pnnx
-    pitfalls). On integer tensors the file still shows it: every input integer and the output
-    declared integer, which torch's true division (a float result) cannot give. There ``div``
-    is floor division (CenterNet's ``torch.div(index, w, rounding_mode="floor")``); anything
-    else keeps ``div`` as it is."""
+    pitfalls). On integer tensors the file still shows it: every input read as a value integer
+    (an input read only through ``size(@k, d)`` does not count: a float feature map whose width
+    divides an index when H and W are dynamic) and the output declared integer, which torch's
+    true division (a float result) cannot give. There ``div`` is floor division (CenterNet's
+    ``torch.div(index, w, rounding_mode="floor")``); anything else keeps ``div`` as it is."""
     if not op.inputs or not op.outputs or not _DIV_CALL.search(text):
         return text
-    dtypes = [o.array_dtype for o in (*op.inputs, op.outputs[0])]
-    if all(d in _INTEGER_DTYPES for d in dtypes):
+    read = {int(k) for k in _VALUE_OPERAND.findall(text)}
+    dtypes = [op.inputs[k].array_dtype for k in sorted(read) if k < len(op.inputs)]
+    if dtypes and all(d in _INTEGER_DTYPES for d in (*dtypes, op.outputs[0].array_dtype)):
         return _DIV_CALL.sub("floor_divide(", text)
     return text
 
