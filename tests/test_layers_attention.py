@@ -425,8 +425,8 @@ def test_fused_transformer_encoder_layer_matches_torch(encoder_export, model_bac
 
 
 def test_fused_transformer_encoder_layer_errors(encoder_export):
-    """A mask input (torch's fused path would use nested tensors) and a src that does not fit
-    embed_dim are clear errors naming the op."""
+    """A key-padding mask or an attention mask that does not fit, and a src that does not fit
+    embed_dim, are clear errors naming the op."""
     import kuiper_xp
     from kuiper_xp.errors import ShapeError
 
@@ -435,15 +435,43 @@ def test_fused_transformer_encoder_layer_errors(encoder_export):
     step = next(r for r in g.execution_order if r.type == "aten::_transformer_encoder_layer_fwd")
     args = [np.zeros((2, 7, 16), np.float32), 16, 4] + [np.zeros(1, np.float32)] * 17
     args[7:10] = [True, False, 1e-5]
-    args[18], args[19] = np.zeros((2, 7), bool), 1  # a key-padding mask (mask_type 1)
-    with pytest.raises(ShapeError, match="key-padding mask input .* not supported"):
+    args[18], args[19] = np.zeros((2, 6), bool), 1  # a key-padding mask (mask_type 1)
+    with pytest.raises(ShapeError, match=r"key-padding mask of shape \(2, 6\) does not fit \(batch, seq\) = \(2, 7\)"):
         step.layer.forward(*args)
+    args[18] = np.zeros((2, 7), bool)
     args[19] = 0  # an attention mask that does not fit (L, L)
     with pytest.raises(ShapeError, match=r"attention mask of shape \(2, 7\) does not fit"):
         step.layer.forward(*args)
     args[18], args[0] = None, np.zeros((2, 7, 12), np.float32)
     with pytest.raises(ShapeError, match=r"\(2, 7, 12\) does not fit embed_dim=16"):
         step.layer.forward(*args)
+
+
+class PaddedEncoder(nn.Module):
+    """Token ids with 0 as padding: ``src_key_padding_mask=ids == 0`` alone reaches the fused
+    layer as a key-padding mask (mask_type 1); a stack passes it to each of its layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(30, 16)
+        self.one = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        layer = nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, batch_first=True, norm_first=True)
+        self.stack = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    def forward(self, ids):
+        pad = ids == 0
+        return self.stack(self.one(self.emb(ids), src_key_padding_mask=pad), src_key_padding_mask=pad)
+
+
+def test_fused_encoder_layer_takes_a_key_padding_mask(tmp_path, model_backend):
+    torch.manual_seed(0)
+    module = PaddedEncoder().eval()
+    ids = torch.tensor([[5, 9, 3, 2, 0, 0, 0, 0]])
+    ids3 = torch.tensor([[7, 1, 4, 0, 0, 0, 0, 0], [3, 3, 8, 9, 2, 6, 5, 1], [4, 2, 2, 2, 2, 0, 0, 0]])
+    param = export_module(module, (ids,), tmp_path, inputs2=(ids3,))
+    assert param.read_text().count("aten::_transformer_encoder_layer_fwd") == 3, "pnnx no longer emits the fused op"
+    compare_graph(param, model_backend, module, (ids,), rtol=1e-4)
+    compare_graph(param, model_backend, module, (ids3,), rtol=1e-4)
 
 
 class CausalEncoder(nn.Module):

@@ -765,9 +765,11 @@ class TransformerEncoderLayerFwd(Layer):
     Computed as torch does: self-attention (softmax(q k^T / sqrt(head_dim)) v, heads merged,
     output projection), residual, LayerNorm, then linear -> GELU (exact) or ReLU -> linear,
     residual, LayerNorm (the norms first when ``norm_first``). An attention mask (a causal
-    ``src_mask``, which torch merges to (N, H, L, L), mask_type 2) is added to the scores; a
-    key-padding mask (mask_type 1) is refused with a clear error: torch's fused path turns it into
-    nested tensors, whose padded positions this runtime does not reproduce."""
+    ``src_mask``, which torch merges to (N, H, L, L), mask_type 2) or a key-padding mask
+    (``src_key_padding_mask`` alone, (N, L), mask_type 1) is added to the scores, -inf where a
+    boolean one is True; padded positions are computed like the others, as torch's fused layer
+    does on a dense tensor (a row with every key masked gives NaN there too). Only
+    ``nn.TransformerEncoder``'s nested-tensor path drops them, and pnnx does not export it."""
 
     N_INPUTS = 20
 
@@ -815,12 +817,14 @@ class TransformerEncoderLayerFwd(Layer):
         if src.ndim != 3 or src.shape[-1] != e or e % h:
             raise ShapeError(f"{self.where}: src of shape {tuple(src.shape)} does not fit embed_dim={e}, "
                              f"num_heads={h} (expected (batch, seq, embed_dim), batch first)")
-        if mask is not None and (_mask_type is None or to_int(_mask_type, "mask_type") == 1):
-            raise ShapeError(f"{self.where}: a key-padding mask input to the fused encoder layer is not "
-                             "supported (torch runs it on nested tensors, whose padded positions this "
-                             "runtime does not reproduce; export without src_key_padding_mask, or run the "
-                             "layer with grad enabled when tracing so that pnnx sees MultiheadAttention)")
         if mask is not None:
+            if _mask_type is None:
+                raise ShapeError(f"{self.where}: a mask input without its mask_type")
+            if to_int(_mask_type, "mask_type") == 1:  # key padding, (N, L): for every query and head
+                if tuple(mask.shape) != tuple(src.shape[:2]):
+                    raise ShapeError(f"{self.where}: key-padding mask of shape {tuple(mask.shape)} does not "
+                                     f"fit (batch, seq) = {tuple(src.shape[:2])}")
+                mask = xp.reshape(mask, (src.shape[0], 1, 1, src.shape[1]))
             # an attention mask (mask_type 0: (L, L); 2: merged, (N, H, L, L)): added to the
             # scores when float, -inf where True when bool
             if mask.dtype == xp.bool:
