@@ -4494,12 +4494,18 @@ def topk(x, k: int, axis: int, largest: bool):
     lead = a.shape[:-1]
     rows = a.reshape(-1, n)
     cut = n - k if largest else k - 1
-    t = np.partition(rows, cut, axis=1)[:, cut: cut + 1]  # each row's k-th value
+    part = np.argpartition(rows, cut, axis=1)
+    t = np.take_along_axis(rows, part[:, cut: cut + 1], 1)  # each row's k-th value
     better = rows > t if largest else rows < t
+    n_better = np.count_nonzero(better, axis=1)[:, None]
     eq = rows == t
-    need = k - np.count_nonzero(better, axis=1)[:, None]  # >= 1 equal values to take, first ones
-    sel = better | (eq & (np.cumsum(eq, axis=1) <= need))
-    cols = np.nonzero(sel)[1].reshape(-1, k)  # per row, increasing
+    if (n_better + np.count_nonzero(eq, axis=1)[:, None] == k).all():
+        # no row has more values equal to its k-th than it takes: the partition's k are the set
+        # (a kNN over distinct distances: (4, 512, 512) k=16 17.4 -> ~7 ms, torch 9.2)
+        cols = np.sort(part[:, cut:] if largest else part[:, :k], axis=1)
+    else:  # the first equal ones (lowest index) complete each row
+        sel = better | (eq & (np.cumsum(eq, axis=1) <= k - n_better))
+        cols = np.nonzero(sel)[1].reshape(-1, k)  # per row, increasing
     vals = np.take_along_axis(rows, cols, 1)
     key = (-vals if vals.dtype.kind == "f" else ~vals) if largest else vals  # (~: no overflow)
     order = np.argsort(key, axis=1, kind="stable")

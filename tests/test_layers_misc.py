@@ -351,6 +351,28 @@ def test_topk_with_ties_matches_torch_and_the_sort(backend, shape, k, dim, large
     np.testing.assert_array_equal(got[0], t2n(tv))
 
 
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("tied_row", [False, True])
+def test_topk_without_ties_takes_the_partition_as_it_is(largest, tied_row):
+    """The numpy fast path: where no row holds more values equal to its k-th than it takes, the
+    partition's k indices are the answer (sorted into the stable order); one row with such ties
+    sends the whole array through the tie-resolving path. Both give torch's values and the
+    stable sort's indices."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    x = np.random.default_rng(6).standard_normal((6, 2000)).astype(np.float32)
+    if tied_row:  # 40 copies of that row's 6th value, straddling its 20th (along axis 1)
+        x[2, :40] = np.sort(x[2])[::-1][5] if largest else np.sort(x[2])[5]
+    k = 20
+    for a, axis in ((x, 1), (np.ascontiguousarray(x.T), 0)):
+        v, i = nf.topk(a, k, axis, largest)
+        tv, _ = torch.topk(torch.from_numpy(a), k, dim=axis, largest=largest)
+        np.testing.assert_array_equal(v, t2n(tv))
+        order = np.argsort(-a if largest else a, axis=axis, kind="stable")
+        np.testing.assert_array_equal(i, np.take(order, np.arange(k), axis=axis))
+        assert i.dtype == np.int64
+
+
 @pytest.mark.parametrize("dim,descending", [(1, False), (-1, True), (0, True)])
 def test_sort_argsort(backend, tmp_path, dim, descending):
     x = randn(3, 4, 5)
