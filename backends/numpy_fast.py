@@ -4534,17 +4534,30 @@ def kth_stable(x, k: int):
 
 #: :func:`sum_short_inner` takes a reduced axis followed by at most this many elements
 SHORT_INNER_MAX = 16
+#: ... or a reduced last axis of at most this many elements, in arrays of this many or more
+SHORT_LAST_MAX = 8
+SHORT_LAST_MIN_ELEMENTS = 4096
 
 
 def sum_short_inner(x, axes, keepdims: bool, mean: bool = False):
     """``np.sum`` (or ``np.mean``) of a float numpy array over one axis followed by a few
     elements (a (4, 256, 16, 3) sum over the 16: numpy's reduction steps through 3-element
-    inner loops, 214 us; einsum's product-free form 45, torch 22). None where it does not
-    apply."""
+    inner loops, 214 us; einsum's product-free form 45, torch 22), or over a short last axis.
+    None where it does not apply."""
     if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or axes is None
             or len(axes) != 1 or not x.flags.c_contiguous):
         return None
     a = axes[0]
+    if a == x.ndim - 1 and 2 <= x.shape[a] <= SHORT_LAST_MAX and x.size >= SHORT_LAST_MIN_ELEMENTS:
+        # a short last axis (xyz coordinates: (4, 512, 512, 3) 14.5 ms in numpy's reduction,
+        # whose inner loop runs 3 elements at a time; 1.3 as strided slice additions)
+        k = x.shape[a]
+        y = np.add(x[..., 0], x[..., 1])
+        for j in range(2, k):
+            y += x[..., j]
+        if mean:
+            y /= k
+        return y[..., None] if keepdims else y
     if not 0 <= a < x.ndim - 1:
         return None
     k = x.shape[a]

@@ -337,11 +337,13 @@ def test_std_var_of_float32_extremes_as_torch(backend, op):
         assert np.isfinite(got).all() and (got > 0).all()
 
 
-@pytest.mark.parametrize("shape,dim", [((4, 50, 16, 3), 2), ((2, 7, 5, 1, 2), 1), ((3, 40, 4), 1), ((6, 5, 3), 0)])
+@pytest.mark.parametrize("shape,dim", [((4, 50, 16, 3), 2), ((2, 7, 5, 1, 2), 1), ((3, 40, 4), 1), ((6, 5, 3), 0),
+                                       ((2, 64, 40, 3), 3), ((4096, 8), 1), ((3, 2000, 2), 2)])
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_sum_and_mean_over_an_axis_before_a_short_one(backend, shape, dim, keepdim):
     """A reduced axis followed by a few elements (numpy: einsum instead of a reduction stepping
-    through 3-element inner loops): torch's sums and means, NaN and inf included."""
+    through 3-element inner loops), or a short last axis (slice additions): torch's sums and
+    means, NaN and inf included."""
     x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
     x.reshape(-1)[[3, 17]] = [np.nan, np.inf]
     if backend.name == "numpy":
