@@ -266,6 +266,22 @@ def test_index_errors_name_the_operator(exported, backend):
         layer(xb, [None, None, None, None])
 
 
+def test_constant_indices_are_range_checked_from_their_known_bounds(backend):
+    """A constant index list (``x[:, [0, 4, -5]]``) keeps its min and max from the file: checked
+    against each input's size without reading the array; the one index array is a plain take."""
+    from test_layers_misc import make_layer
+
+    layer = make_layer(backend, "Tensor.index ix 1 1 0 1 expr=[None,[[0,4],[-4,2]]]")
+    assert layer.bounds == [None, (-4, 4)]
+    x = np.random.default_rng(1).standard_normal((2, 5, 3)).astype(np.float32)
+    got = backend.to_numpy(layer(backend.asarray(x)))
+    assert_close(got, t2n(torch.from_numpy(x)[:, torch.tensor([[0, 4], [-4, 2]])]))
+    with pytest.raises(ShapeError, match=r"index 4 is out of range for axis 1 of size 4"):
+        layer(backend.asarray(x[:, :4]))
+    with pytest.raises(ShapeError, match=r"index -5 is out of range for axis 1 of size 4"):
+        make_layer(backend, "Tensor.index ix 1 1 0 1 expr=[None,[-5,2]]")(backend.asarray(x[:, :4]))
+
+
 def test_one_hot_and_scatter_reject_out_of_range(exported, backend):
     g = kuiper_xp.load(exported("one_hot"), backend=backend)
     with pytest.raises(ShapeError, match=r"aten::one_hot.*\[0, 7\)"):

@@ -148,11 +148,14 @@ def _flat(v: Any) -> list:
     return [v]
 
 
-def advanced_index(xp: Any, x: Any, items: list, where: str) -> Any:
+def advanced_index(xp: Any, x: Any, items: list, where: str, bounds: list | None = None) -> Any:
     """``x[items]`` with torch's advanced-indexing rules; ``items`` are None (a whole axis) or
-    integer / bool arrays of the namespace ``xp``."""
+    integer / bool arrays of the namespace ``xp``; ``bounds[i]``, where given, is item i's known
+    (min, max) (a constant index: its range is checked without reading the array)."""
     # a bool mask of k dims stands for k integer arrays (its True positions)
     idx: list[Any] = []
+    if bounds is not None and any(it is not None and it.dtype == xp.bool for it in items):
+        bounds = None  # (the positions shift)
     for it in items:
         if it is not None and it.dtype == xp.bool:
             if it.ndim == 0:
@@ -171,13 +174,28 @@ def advanced_index(xp: Any, x: Any, items: list, where: str) -> Any:
         if xp.isdtype(it.dtype, "real floating") or not xp.isdtype(it.dtype, "integral"):
             raise ShapeError(f"{where}: index for axis {a} must be integer or bool, found {it.dtype}")
         n = x.shape[a]
-        it = xp.astype(it, xp.int64)
-        it, least = check_range(xp, it, -n, n, lambda bad, a=a, n=n: f"{where}: index "
-                                f"{'' if bad is None else f'{bad} '}is out of range for axis {a} of "
-                                f"size {n} (input shape {tuple(x.shape)})")
+        it = xp.astype(it, xp.int64, copy=False)
+
+        def message(bad: int | None, a: int = a, n: int = n) -> str:
+            return (f"{where}: index {'' if bad is None else f'{bad} '}is out of range for axis {a} of "
+                    f"size {n} (input shape {tuple(x.shape)})")
+
+        known = None if bounds is None else bounds[a]
+        if known is not None and it.size:
+            least = known[0]
+            if known[0] < -n or known[1] >= n:
+                raise ShapeError(message(known[0] if known[0] < -n else known[1]))
+        else:
+            it, least = check_range(xp, it, -n, n, message)
         if least is None or least < 0:
             it = xp.where(it < 0, it + n, it)
         arrays.append(it)
+    if len(arrays) == 1:  # one index array: its dims take the indexed axis's place, as torch
+        a, it = axes[0], arrays[0]
+        out = xp.take(x, xp.reshape(it, (-1,)) if it.ndim != 1 else it, axis=a)
+        if it.ndim != 1:
+            out = xp.reshape(out, tuple(x.shape[:a]) + tuple(it.shape) + tuple(x.shape[a + 1:]))
+        return out
     try:
         arrays = list(xp.broadcast_arrays(*arrays)) if len(arrays) > 1 else arrays
     except ValueError:
@@ -216,9 +234,12 @@ class Index(Layer):
     def __init__(self, ctx: BuildContext, const: list | None, pos: dict[str, int], where: str):
         super().__init__(ctx)
         self.pos, self.where = pos, where
-        self.const = None
+        self.const = self.bounds = None
         if const is not None:
             self.const = [None if v is None else self._const_array(ctx, v) for v in const]
+            # (min, max) of each constant integer index: its range is checked without a host read
+            self.bounds = [None if v is None or not f or isinstance(f[0], bool) else (min(f), max(f))
+                           for v in const for f in [_flat(v) if isinstance(v, list) else [v]]]
 
     def _const_array(self, ctx: BuildContext, v: Any) -> Any:
         vals = _flat(v) if isinstance(v, list) else [v]
@@ -254,14 +275,12 @@ class Index(Layer):
         xp = self.xp
         x = inputs[self.pos["input"]]
         if self.const is not None:
-            items = self.const
-        else:
-            items = inputs[self.pos["expr"]]
-            if not isinstance(items, (list, tuple)):
-                items = [items]
-            items = [None if it is None else (it if hasattr(it, "dtype") else xp.asarray(it))
-                     for it in items]
-        return advanced_index(xp, x, list(items), self.where)
+            return advanced_index(xp, x, list(self.const), self.where, self.bounds)
+        items = inputs[self.pos["expr"]]
+        if not isinstance(items, (list, tuple)):
+            items = [items]
+        items = [None if it is None else (it if hasattr(it, "dtype") else xp.asarray(it)) for it in items]
+        return advanced_index(xp, x, items, self.where)
 
 
 @register("aten::one_hot")
