@@ -339,6 +339,23 @@ def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype, compiled):
     assert nf.softmax_last(np.swapaxes(x, 0, 1)) is None
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_softmax_of_a_few_rows_is_plain(dtype):
+    """At most SOFTMAX_PLAIN_MAX_ROWS rows: the plain shifted form, with torch's NaN rows (a NaN,
+    all -inf), exact zeros under -inf, huge logits and a -1e9 mask."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    x = (np.random.default_rng(6).standard_normal((5, 13)) * 20).astype(dtype)
+    x[0, 3], x[1] = np.nan, -np.inf
+    x[2, :4], x[3, 5:9], x[4, -3:] = 1e4, -np.inf, -1e9
+    want = torch.softmax(torch.from_numpy(x), -1).numpy()
+    got = in_fast_scope(nf, lambda: nf.softmax_last(x))
+    assert got.dtype == dtype and np.array_equal(np.isnan(got), np.isnan(want))
+    assert (got[3, 5:9] == 0).all() and (got[4, -3:] == 0).all()
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6 if dtype == np.float32 else 1e-13, atol=1e-8)
+
+
 def test_softmax2d_and_implicit_dim(backend):
     x = np.random.default_rng(6).standard_normal((2, 3, 4, 5)).astype(np.float32)
     layer = make_layer(backend, "nn.Softmax2d")
