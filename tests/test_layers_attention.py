@@ -729,6 +729,62 @@ def test_bmm_attention_is_fused_and_matches_torch(tmp_path, model_backend):
             op.type for op in g.model.operators if op.name in g.fused_attention[0]), g.fused_attention
 
 
+class EinsumAttention(nn.Module):
+    """LDM / Stable Diffusion's CrossAttention: ``einsum('b i d, b j d -> b i j', q, k) * scale``,
+    softmax, ``einsum('b i j, b j d -> b i d', attn, v)``, heads folded into the batch; over a
+    context of another length (cross) and over x itself (self), plus a chain whose scores go
+    through an einsum taking the keys already transposed."""
+
+    def __init__(self, dim=24, heads=3):
+        super().__init__()
+        self.h, self.d = heads, dim // heads
+        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(16, dim), nn.Linear(16, dim)
+        self.k2, self.v2 = nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+    def heads(self, t):
+        n, length, _ = t.shape
+        return t.reshape(n, length, self.h, self.d).permute(0, 2, 1, 3).reshape(n * self.h, length, self.d)
+
+    def forward(self, x, ctx):
+        q = self.heads(self.q(x))
+        k, v = self.heads(self.k(ctx)), self.heads(self.v(ctx))
+        cross = torch.einsum("b i j, b j d -> b i d",
+                             torch.einsum("b i d, b j d -> b i j", q, k).mul(self.d ** -0.5).softmax(dim=-1), v)
+        k2, v2 = self.heads(self.k2(x)), self.heads(self.v2(x))
+        own = torch.einsum("bij,bjd->bid", torch.einsum("bid,bdj->bij", q * 0.3, k2.transpose(1, 2)).softmax(-1), v2)
+        return cross, own
+
+
+def test_einsum_attention_is_fused_and_matches_torch(tmp_path, model_backend):
+    import kuiper_xp
+
+    torch.manual_seed(0)
+    module = EinsumAttention().eval()
+    x, ctx = torch.randn(2, 33, 24), torch.randn(2, 9, 16)
+    param = export_module(module, (x, ctx), tmp_path, inputs2=(torch.randn(3, 33, 24), torch.randn(3, 9, 16)))
+    assert sum(t.startswith("torch.einsum ") for t in param.read_text().splitlines()) == 4
+    compare_graph(param, model_backend, module, (x, ctx), rtol=1e-4)
+    g = kuiper_xp.load(param, backend=model_backend)
+    if getattr(g.backend.fast, "attention", None) is None:
+        assert g.fused_attention == []
+        return
+    assert len(g.fused_attention) == 2, g.fused_attention
+    plain = kuiper_xp.load(param, backend=model_backend, fuse=False)
+    xs = (t2n(x), t2n(ctx))
+    for a, b in zip(g(*xs), plain(*xs)):
+        assert_close(kuiper_xp.to_numpy(a), kuiper_xp.to_numpy(b), rtol=1e-5)
+
+
+def test_einsum_attention_forms():
+    from kuiper_xp.layers.attention import einsum_attention_form as form
+
+    assert form("b i d, b j d -> b i j", False) == "k" and form("bhqd,bhkd->bhqk", False) == "k"
+    assert form("bid,bdj->bij", False) == "kt" and form("bij,bjd->bid", True) == "kt"
+    for eq, second in (("bid,bjd->bij", True), ("bid,bje->bij", False), ("bhid,bhjd->bhji", False),
+                       ("id,jd->ij", False), ("bii,bid->bid", True), ("...id,...jd->...ij", False)):
+        assert form(eq, second) is None, eq
+
+
 def test_explicit_attention_fused_step_falls_back_and_names_its_ops(explicit_attention_export):
     """The fused step runs the original layers where the fast path declines (the shared key set of
     ``d`` broadcasts; a key of the wrong depth, which then gets the product's own error)."""

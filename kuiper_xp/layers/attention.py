@@ -861,6 +861,27 @@ class TransformerEncoderLayerFwd(Layer):
 # explicit attention written as operators (timm's ViT, hand-written BERT-style blocks)
 
 
+def einsum_attention_form(equation: str, second: bool) -> str | None:
+    """How an einsum reads as one product of an attention chain: a plain matrix product
+    ``'...ic,...cj->...ij'`` ("kt": ``q @ kt`` for the scores, ``p @ v`` after the softmax), or
+    for the scores ``'...ic,...jc->...ij'`` ("k": q with the keys themselves, LDM's
+    ``'b i d, b j d -> b i j'``). The same batch letters lead each term; None for anything else."""
+    eq = equation.replace(" ", "")
+    if eq.count("->") != 1 or "." in eq:
+        return None
+    lhs, out = eq.split("->")
+    terms = lhs.split(",")
+    n = len(out) - 2
+    if len(terms) != 2 or n < 1 or any(len(t) != n + 2 or t[:n] != out[:n] for t in terms):
+        return None
+    (ai, ac), (b0, b1), (i, j) = terms[0][n:], terms[1][n:], out[n:]
+    if len(set(out[:n])) != n or len(set(out[:n]) | {i, j, ac}) != n + 3 or ai != i:
+        return None
+    if (b0, b1) == (ac, j):
+        return "kt"
+    return "k" if (b0, b1) == (j, ac) and not second else None
+
+
 def score_transform(tree: Any, scores: int) -> tuple[float, int | None] | None:
     """What a ``pnnx.Expression`` between ``q @ k^T`` and the softmax does to the scores (input
     ``@scores``): ``(scale, mask input or None)`` for ``@s``, ``mul(@s, c)`` / ``mul(c, @s)`` /
@@ -904,9 +925,12 @@ class FusedAttention(Layer):
     arguments come from (an input index, or None for the previous step's result)."""
 
     def __init__(self, ctx: BuildContext, steps: list[tuple[Layer, list[int | None]]], scale: float,
-                 has_mask: bool, names: tuple[str, ...], replace: tuple | None = None):
+                 has_mask: bool, names: tuple[str, ...], replace: tuple | None = None,
+                 keys_given: bool = False):
         super().__init__(ctx)
         self.steps, self.scale, self.has_mask, self.names = steps, scale, has_mask, names
+        #: the second input is k itself (an einsum's ``'bid,bjd->bij'``), not k transposed
+        self.keys_given = keys_given
         #: a ``torch.where`` / ``masked_fill`` step before the softmax: (condition input, fill
         #: input or None, fill constant, True when the scores are replaced where the condition
         #: holds (masked_fill, where(c, fill, w)), False where it does not (where(c, w, fill)))
@@ -930,7 +954,8 @@ class FusedAttention(Layer):
             if not hasattr(cond, "dtype") or cond.dtype != self.xp.bool:
                 return None
             drop = cond if when_true else self.xp.logical_not(cond)
-        return self._attention(q, self.xp.matrix_transpose(kt), v, self.scale, mask, drop, fill)
+        k = kt if self.keys_given else self.xp.matrix_transpose(kt)
+        return self._attention(q, k, v, self.scale, mask, drop, fill)
 
     def forward(self, *inputs: Any) -> Any:
         out = self._fast(inputs[0], inputs[1], inputs[2], inputs[3] if self.has_mask else None, inputs)

@@ -408,13 +408,21 @@ class Graph:
                         outputs_of: dict[int, list[Operand]],
                         graph_outputs: list[Operand]) -> list[RuntimeOperator]:
         """Run ``torch.matmul(q, kt) -> [pnnx.Expression scaling the scores and/or adding a
-        mask] -> softmax over the last axis -> torch.matmul(., v)`` as one step where the
+        mask] -> softmax over the last axis -> torch.matmul(., v)`` (or ``torch.bmm``, or the
+        einsums ``'bid,bjd->bij'`` / ``'bij,bjd->bid'`` of LDM-style code) as one step where the
         backend has a fast attention (numpy): the scores never exist whole. Each intermediate
         must go only to the next operator of the chain. The step stays at the last product
         (every operand is there by then) as a :class:`FusedAttention`, which falls back to the
         original layers, in order, when the fast path does not take the operands."""
         from kuiper_xp.layers.activation import Softmax
-        from kuiper_xp.layers.attention import BatchMatMul, FusedAttention, MatMul, score_transform
+        from kuiper_xp.layers.attention import (
+            BatchMatMul,
+            Einsum,
+            FusedAttention,
+            MatMul,
+            einsum_attention_form,
+            score_transform,
+        )
         from kuiper_xp.layers.expression import Expression
         from kuiper_xp.layers.misc import MaskedFill, Where
 
@@ -430,13 +438,28 @@ class Graph:
 
         products = (MatMul, BatchMatMul)  # (torch.bmm over (batch * heads, L, D): BART, CLIP)
 
+        def form(layer: Any, second: bool) -> str | None:
+            """How a product reads: "kt" (``q @ kt``, ``p @ v``), "k" (an einsum of q with the
+            keys themselves, ``'bid,bjd->bij'``), None where it is not such a product."""
+            if type(layer) in products:
+                return "kt"
+            if type(layer) is Einsum:
+                return einsum_attention_form(layer.equation, second)
+            return None
+
+        def first(layer: Any) -> int:
+            return layer.pos["input"] if type(layer) is not Einsum else 0
+
         def other(layer: Any) -> int:
+            if type(layer) is Einsum:
+                return 1
             return layer.pos["other"] if "other" in layer.pos else layer.pos["mat2"]
 
         gone: set[int] = set()
         ctx = BuildContext(self.backend)
         for r1 in compute:
-            if type(r1.layer) not in products or id(r1) in gone:
+            keys = form(r1.layer, False)
+            if keys is None or id(r1) in gone:
                 continue
             mid = sm = next_of(r1)
             if mid is not None and type(mid.layer) is Expression:
@@ -448,19 +471,19 @@ class Graph:
                 rep, sm = sm, next_of(sm)
             r2 = next_of(sm) if sm is not None else None
             if (sm is None or type(sm.layer) is not Softmax or sm.layer.negate or r2 is None
-                    or type(r2.layer) not in products
+                    or form(r2.layer, True) != "kt"
                     or sm.layer.dtype not in (None, sm.op.inputs[0].array_dtype)):  # (no cast)
                 continue
             rank = sm.op.inputs[0].shape
             if sm.layer.dim != -1 and (rank is None or sm.layer.dim != len(rank) - 1):
                 continue
             scores, probs = outputs_of[id(r1)][0], outputs_of[id(sm)][0]
-            p1, p2 = r1.layer.pos, r2.layer.pos
+            f1, f2 = first(r1.layer), first(r2.layer)
             ins1, ins2 = inputs_of[id(r1)], inputs_of[id(r2)]
-            if len(ins1) != 2 or len(ins2) != 2 or ins2[p2["input"]] is not probs or ins2[other(r2.layer)] is probs:
+            if len(ins1) != 2 or len(ins2) != 2 or ins2[f2] is not probs or ins2[other(r2.layer)] is probs:
                 continue
-            operands = [ins1[p1["input"]], ins1[other(r1.layer)], ins2[other(r2.layer)]]
-            scale, steps = 1.0, [(r1.layer, [0 if k == p1["input"] else 1 for k in range(2)])]
+            operands = [ins1[f1], ins1[other(r1.layer)], ins2[other(r2.layer)]]
+            scale, steps = 1.0, [(r1.layer, [0 if k == f1 else 1 for k in range(2)])]
             if mid is not None:
                 mins = inputs_of[id(mid)]
                 if sum(o is scores for o in mins) != 1:
@@ -494,10 +517,10 @@ class Graph:
                     operands.append(rins[fill_k])
                 steps.append((rep.layer, sources))
             steps.append((sm.layer, [None]))
-            steps.append((r2.layer, [None if k == p2["input"] else 2 for k in range(2)]))
+            steps.append((r2.layer, [None if k == f2 else 2 for k in range(2)]))
             chain = tuple(r for r in (r1, mid, rep, sm, r2) if r is not None)
             names = tuple(r.name for r in chain)
-            fused = FusedAttention(ctx, steps, scale, has_mask, names, replace)
+            fused = FusedAttention(ctx, steps, scale, has_mask, names, replace, keys_given=keys == "k")
             fused.op_type, fused.op_name = r2.layer.op_type, r2.layer.op_name
             r2.layer = fused
             inputs_of[id(r2)] = operands
