@@ -775,6 +775,45 @@ def test_einsum_attention_is_fused_and_matches_torch(tmp_path, model_backend):
         assert_close(kuiper_xp.to_numpy(a), kuiper_xp.to_numpy(b), rtol=1e-5)
 
 
+class LdmAttnBlock(nn.Module):
+    """taming-transformers / LDM's AttnBlock (the VAE's mid-block): GroupNorm, 1x1 q/k/v, then
+    ``w = bmm(q.permute(0, 2, 1), k) * c**-0.5``, softmax over dim 2, ``bmm(v, w.permute(0, 2, 1))``:
+    the probabilities reach the second product transposed."""
+
+    def __init__(self, c=32):
+        super().__init__()
+        self.norm = nn.GroupNorm(8, c)
+        self.q, self.k, self.v, self.o = (nn.Conv2d(c, c, 1) for _ in range(4))
+
+    def forward(self, x):
+        h = self.norm(x)
+        q, k, v = self.q(h), self.k(h), self.v(h)
+        b, c, hh, ww = q.shape
+        q = q.reshape(b, c, hh * ww).permute(0, 2, 1)
+        w = torch.bmm(q, k.reshape(b, c, hh * ww)) * (int(c) ** (-0.5))
+        w = F.softmax(w, dim=2)
+        out = torch.bmm(v.reshape(b, c, hh * ww), w.permute(0, 2, 1)).reshape(b, c, hh, ww)
+        return x + self.o(out)
+
+
+def test_ldm_attention_block_is_fused_and_matches_torch(tmp_path, model_backend):
+    import kuiper_xp
+
+    torch.manual_seed(0)
+    module = LdmAttnBlock().eval()
+    x = torch.randn(1, 32, 12, 10)
+    param = export_module(module, (x,), tmp_path, inputs2=(torch.randn(2, 32, 12, 10),))
+    compare_graph(param, model_backend, module, (x,), rtol=1e-4)
+    g = kuiper_xp.load(param, backend=model_backend)
+    if getattr(g.backend.fast, "attention", None) is None:
+        assert g.fused_attention == []
+        return
+    assert len(g.fused_attention) == 1 and len(g.fused_attention[0]) == 5, g.fused_attention  # (permute in)
+    x2 = t2n(torch.randn(2, 32, 12, 10))
+    plain = kuiper_xp.load(param, backend=model_backend, fuse=False)
+    assert_close(kuiper_xp.to_numpy(g(x2)[0]), kuiper_xp.to_numpy(plain(x2)[0]), rtol=1e-5)
+
+
 def test_einsum_attention_forms():
     from kuiper_xp.layers.attention import einsum_attention_form as form
 

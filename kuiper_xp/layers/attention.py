@@ -926,11 +926,13 @@ class FusedAttention(Layer):
 
     def __init__(self, ctx: BuildContext, steps: list[tuple[Layer, list[int | None]]], scale: float,
                  has_mask: bool, names: tuple[str, ...], replace: tuple | None = None,
-                 keys_given: bool = False):
+                 keys_given: bool = False, transposed: bool = False):
         super().__init__(ctx)
         self.steps, self.scale, self.has_mask, self.names = steps, scale, has_mask, names
         #: the second input is k itself (an einsum's ``'bid,bjd->bij'``), not k transposed
         self.keys_given = keys_given
+        #: the chain ends in ``v @ p^T`` (v given as (..., Dv, S)): the result is transposed
+        self.transposed = transposed
         #: a ``torch.where`` / ``masked_fill`` step before the softmax: (condition input, fill
         #: input or None, fill constant, True when the scores are replaced where the condition
         #: holds (masked_fill, where(c, fill, w)), False where it does not (where(c, w, fill)))
@@ -954,7 +956,11 @@ class FusedAttention(Layer):
             if not hasattr(cond, "dtype") or cond.dtype != self.xp.bool:
                 return None
             drop = cond if when_true else self.xp.logical_not(cond)
-        k = kt if self.keys_given else self.xp.matrix_transpose(kt)
+        xp = self.xp
+        k = kt if self.keys_given else xp.matrix_transpose(kt)
+        if self.transposed:  # (v as (..., Dv, S); the result (..., Dv, L))
+            out = self._attention(q, k, xp.matrix_transpose(v), self.scale, mask, drop, fill)
+            return None if out is None else xp.matrix_transpose(out)
         return self._attention(q, k, v, self.scale, mask, drop, fill)
 
     def forward(self, *inputs: Any) -> Any:

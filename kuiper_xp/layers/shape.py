@@ -359,6 +359,18 @@ class Transpose(ShapeLayer):
         return self.xp.permute_dims(x, self.cached(nd, lambda: self._perm(nd)))
 
 
+def swaps_last_two(layer: Any, ndim: int) -> bool:
+    """Whether ``layer`` is a Permute / Transpose that swaps the last two axes of an ndim-D input
+    and nothing else."""
+    if ndim < 2:
+        return False
+    if type(layer) is Permute:
+        return layer.perm == tuple(range(ndim - 2)) + (ndim - 1, ndim - 2)
+    if type(layer) is Transpose:
+        return {layer.dim0 % ndim, layer.dim1 % ndim} == {ndim - 2, ndim - 1}
+    return False
+
+
 @register("nn.ChannelShuffle", "F.channel_shuffle", "torch.channel_shuffle", "torch.native_channel_shuffle")
 class ChannelShuffle(ShapeLayer):
     """(N, C, *) -> (N, g, C/g, *) -> swap 1, 2 -> (N, C, *)."""

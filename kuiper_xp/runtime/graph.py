@@ -425,6 +425,7 @@ class Graph:
         )
         from kuiper_xp.layers.expression import Expression
         from kuiper_xp.layers.misc import MaskedFill, Where
+        from kuiper_xp.layers.shape import swaps_last_two
 
         if getattr(self.backend.fast, "attention", None) is None:
             return compute
@@ -470,19 +471,25 @@ class Graph:
             if sm is not None and type(sm.layer) in (Where, MaskedFill):
                 rep, sm = sm, next_of(sm)
             r2 = next_of(sm) if sm is not None else None
+            rank = None if sm is None else sm.op.inputs[0].shape
+            tp = None  # LDM's AttnBlock: bmm(v, probs.permute(0, 2, 1)), the output transposed
+            if r2 is not None and rank is not None and swaps_last_two(r2.layer, len(rank)):
+                tp, r2 = r2, next_of(r2)
             if (sm is None or type(sm.layer) is not Softmax or sm.layer.negate or r2 is None
                     or form(r2.layer, True) != "kt"
                     or sm.layer.dtype not in (None, sm.op.inputs[0].array_dtype)):  # (no cast)
                 continue
-            rank = sm.op.inputs[0].shape
             if sm.layer.dim != -1 and (rank is None or sm.layer.dim != len(rank) - 1):
                 continue
             scores, probs = outputs_of[id(r1)][0], outputs_of[id(sm)][0]
             f1, f2 = first(r1.layer), first(r2.layer)
             ins1, ins2 = inputs_of[id(r1)], inputs_of[id(r2)]
-            if len(ins1) != 2 or len(ins2) != 2 or ins2[f2] is not probs or ins2[other(r2.layer)] is probs:
+            # the probabilities as the first factor (p @ v), or transposed as the second (v @ p^T)
+            at, value = (other(r2.layer), f2) if tp is not None else (f2, other(r2.layer))
+            seen = outputs_of[id(tp)][0] if tp is not None else probs
+            if len(ins1) != 2 or len(ins2) != 2 or ins2[at] is not seen or ins2[value] is seen:
                 continue
-            operands = [ins1[f1], ins1[other(r1.layer)], ins2[other(r2.layer)]]
+            operands = [ins1[f1], ins1[other(r1.layer)], ins2[value]]
             scale, steps = 1.0, [(r1.layer, [0 if k == f1 else 1 for k in range(2)])]
             if mid is not None:
                 mins = inputs_of[id(mid)]
@@ -517,10 +524,13 @@ class Graph:
                     operands.append(rins[fill_k])
                 steps.append((rep.layer, sources))
             steps.append((sm.layer, [None]))
-            steps.append((r2.layer, [None if k == f2 else 2 for k in range(2)]))
-            chain = tuple(r for r in (r1, mid, rep, sm, r2) if r is not None)
+            if tp is not None:
+                steps.append((tp.layer, [None]))
+            steps.append((r2.layer, [None if k == at else 2 for k in range(2)]))
+            chain = tuple(r for r in (r1, mid, rep, sm, tp, r2) if r is not None)
             names = tuple(r.name for r in chain)
-            fused = FusedAttention(ctx, steps, scale, has_mask, names, replace, keys_given=keys == "k")
+            fused = FusedAttention(ctx, steps, scale, has_mask, names, replace, keys_given=keys == "k",
+                                   transposed=tp is not None)
             fused.op_type, fused.op_name = r2.layer.op_type, r2.layer.op_name
             r2.layer = fused
             inputs_of[id(r2)] = operands
