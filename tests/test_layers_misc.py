@@ -605,3 +605,24 @@ def test_torch_scalar_and_zero_dim_promotion(model_backend, tmp_path, module):
             a = kuiper_xp.to_numpy(a)
             assert a.dtype == t2n(e).dtype, (k, a.dtype, e.dtype)
             np.testing.assert_array_equal(a, t2n(e), err_msg=f"output {k}")
+
+
+class _InPlaceComparisons(nn.Module):
+    """YOLOv8-seg's ``masks.gt_(0.5)``: in place, the result keeps x's float dtype; pnnx writes it
+    as ``torch.gt`` with a float32 output (it was refused: 'has dtype bool, the model declares
+    float32'); beside a plain comparison (bool)."""
+
+    def forward(self, x):
+        return x.sigmoid().gt_(0.5), (x * 2).lt_(0.3).sum(-1), x.gt(0.1)
+
+
+def test_in_place_comparisons_keep_the_float_dtype(model_backend, tmp_path):
+    g = torch.Generator().manual_seed(1)
+    x1, x3 = torch.randn(1, 4, 8, generator=g), torch.randn(3, 4, 8, generator=g)
+    param = export_module(_InPlaceComparisons(), (x1,), tmp_path, inputs2=(x3,))
+    assert "torch.gt_0 1 1 1 2 other=0.5" in " ".join(param.read_text().split())
+    got = kuiper_xp.load(param, backend=model_backend)(x3.numpy())
+    for k, (a, e) in enumerate(zip(got, _InPlaceComparisons()(x3))):
+        a = kuiper_xp.to_numpy(a)
+        assert a.dtype == t2n(e).dtype, (k, a.dtype)
+        np.testing.assert_array_equal(a, t2n(e), err_msg=f"output {k}")

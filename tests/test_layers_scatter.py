@@ -539,3 +539,10 @@ def test_data_dependent_rank_and_dtype_still_checked(backend, exported):
     g = kuiper_xp.load(bad, bin_path=param.with_suffix("").with_suffix(".pnnx.bin"), backend=backend)
     with pytest.raises(ShapeError, match=r"aten::nonzero.*has shape"):
         g(*[t2n(t) for t in inputs])
+
+
+def test_index_put_of_a_lost_boolean_value_says_why(backend):
+    """Mask2Former's ``m[torch.where(...)] = False`` on a bool mask: pnnx writes ``values=None``
+    (the boolean is lost); refused at load, naming the cause and the way round it."""
+    with pytest.raises(LayerParameterError, match=r"values=None: pnnx lost the assigned value .* m\[idx\] = False"):
+        make_layer(backend, "Tensor.index_put ip 2 1 0 1 2 $input=0 $indices=1 accumulate=False values=None", 2)

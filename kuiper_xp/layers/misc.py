@@ -269,7 +269,9 @@ _COMPARE = {
 
 @register(*_COMPARE)
 class Compare(_ArgsLayer):
-    """Elementwise comparison with torch's type promotion; ``other`` is an input or a scalar."""
+    """Elementwise comparison with torch's type promotion; ``other`` is an input or a scalar.
+    A result the file declares floating point is cast to it: pnnx writes the in-place
+    ``x.gt_(0.5)`` (YOLOv8's mask thresholding), which keeps x's float dtype, as ``torch.gt``."""
 
     KEYS = ("input", "other")
 
@@ -278,10 +280,13 @@ class Compare(_ArgsLayer):
         if set(self.sources) != set(self.KEYS):
             raise LayerParameterError(f"{op.where}: needs input and other, found {sorted(self.sources)}")
         self.fn = getattr(ctx.xp, _COMPARE[op.type])
+        declared = op.outputs[0].array_dtype if op.outputs else None
+        self.cast = getattr(ctx.xp, declared, None) if declared in ("float16", "float32", "float64") else None
 
     def forward(self, *inputs: Any) -> Any:
         a, b = binary_operands(self.xp, self.arg("input", inputs), self.arg("other", inputs), self.device)
-        return self.fn(a, b)
+        y = self.fn(a, b)
+        return y if self.cast is None else self.xp.astype(y, self.cast)
 
 
 _LOGICAL = {

@@ -317,6 +317,10 @@ class IndexPut(Layer):
         value = None
         if "values" not in pos:
             value = op.param("values", default=None)
+            if value is None and op.has_param("values"):  # (pnnx's spelling of a boolean value)
+                raise LayerParameterError(f"{op.where}: values=None: pnnx lost the assigned value (it "
+                                          "writes this for a boolean assignment such as m[idx] = False; "
+                                          "assign to a float mask, or build the mask with torch.where)")
             if isinstance(value, str) or value is None or isinstance(value, (list, tuple)):
                 raise LayerParameterError(f"{op.where}: needs $values or a scalar values parameter, "
                                           f"found {value!r}")
