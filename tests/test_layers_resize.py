@@ -363,3 +363,33 @@ def test_grid_sample_bilinear_fast_path_equals_the_generic_one(padding, align):
     np.testing.assert_array_equal(got, want)
     tw = F.grid_sample(torch.from_numpy(x), torch.from_numpy(grid.astype(np.float32)), "bilinear", padding, align)
     assert np.array_equal(np.isnan(got), np.isnan(tw.numpy()))
+
+
+class _PatchFold(nn.Module):
+    """MobileViTv2's fold of (B, C, patch pixels, patches) back to a map, written as reshape /
+    permute / reshape: pnnx fuses it into nn.PixelShuffle and drops the first reshape, so the
+    file feeds the (B, 32, 4, 64) tensor to the shuffle; and the inverse, a flat (B, 32, 256) map
+    patchified into nn.PixelUnshuffle."""
+
+    def forward(self, p, flat):
+        c = p.shape[1]
+        y = p.reshape(-1, c, 2, 2, 8, 8).permute(0, 1, 4, 2, 5, 3).reshape(-1, c, 16, 16)
+        z = flat.reshape(-1, 32, 8, 2, 8, 2).permute(0, 1, 3, 5, 2, 4).reshape(-1, 128, 8, 8)
+        return y, z
+
+
+def test_pixel_shuffles_restore_the_reshape_pnnx_dropped(model_backend, tmp_path):
+    import kuiper_xp
+
+    g = torch.Generator().manual_seed(2)
+    ins1 = (torch.randn(1, 32, 4, 64, generator=g), torch.randn(1, 32, 256, generator=g))
+    ins3 = (torch.randn(3, 32, 4, 64, generator=g), torch.randn(3, 32, 256, generator=g))
+    param = export_module(_PatchFold(), ins1, tmp_path, inputs2=ins3)
+    text = " ".join(param.read_text().split())
+    assert "nn.PixelShuffle" in text and "nn.PixelUnshuffle" in text
+    graph = kuiper_xp.load(param, backend=model_backend)
+    assert {r.type: r.layer.restore for r in graph.operators if r.type.startswith("nn.Pixel")} == {
+        "nn.PixelShuffle": (128, 8, 8), "nn.PixelUnshuffle": (32, 16, 16)}
+    got = graph(*(t.numpy() for t in ins3))
+    for a, e in zip(got, _PatchFold()(*ins3)):
+        assert_close(kuiper_xp.to_numpy(a), e.numpy(), rtol=1e-6)

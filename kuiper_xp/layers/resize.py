@@ -403,23 +403,56 @@ class AtenUpsampleNearest(Interpolate):
         return self._resize(x, in_sizes, tuple(out_sizes), factors)
 
 
+def dropped_reshape(op: Any, r: int, up: bool) -> tuple[int, int, int] | None:
+    """pnnx fuses ``reshape(6-D) -> permute -> reshape(4-D)`` into ``nn.PixelShuffle`` /
+    ``nn.PixelUnshuffle`` without checking the input and drops the first reshape (MobileViTv2's
+    patch fold: a (B, 32, 4, 64) tensor declared in, (B, 32, 16, 16) out). Where the declared
+    shapes show it (batch first, the input not the shape the output implies but as many elements
+    a sample), the per-sample shape that reshape gave (it lays the data out as the layer's input
+    would be), for the layer to restore; else None."""
+    ins = op.inputs[0].shape if op.inputs else None
+    outs = op.outputs[0].shape if op.outputs else None
+    if ins is None or outs is None or len(outs) != 4 or len(ins) < 2 or None in (*ins[1:], *outs[1:]):
+        return None
+    c, h, w = outs[1:]
+    if up:
+        want = (c * r * r, h // r, w // r) if not (h % r or w % r) else None
+    else:
+        want = (c // (r * r), h * r, w * r) if not c % (r * r) else None
+    have = tuple(ins[1:])
+    if want is None or have == want or math.prod(have) != math.prod(want):
+        return None
+    return want
+
+
 @register("nn.PixelShuffle", "F.pixel_shuffle")
 class PixelShuffle(Layer):
-    """(*, C*r*r, H, W) -> (*, C, H*r, W*r)."""
+    """(*, C*r*r, H, W) -> (*, C, H*r, W*r). An input pnnx left unreshaped (see
+    :func:`dropped_reshape`) is reshaped to the shape the declared output implies first."""
 
-    def __init__(self, ctx: BuildContext, r: int, where: str):
+    def __init__(self, ctx: BuildContext, r: int, where: str, restore: tuple | None = None):
         super().__init__(ctx)
-        self.r, self.where = r, where
+        self.r, self.where, self.restore = r, where, restore
 
     @classmethod
     def from_operator(cls, op, ctx):
-        r = op.param("upscale_factor", int)
+        key = "upscale_factor" if cls is PixelShuffle else "downscale_factor"
+        r = op.param(key, int)
         if r <= 0:
-            raise LayerParameterError(f"{op.where}: upscale_factor must be positive, found {r}")
-        return cls(ctx, r, op.where)
+            raise LayerParameterError(f"{op.where}: {key} must be positive, found {r}")
+        return cls(ctx, r, op.where, dropped_reshape(op, r, cls is PixelShuffle))
+
+    def _restored(self, x: Any) -> Any:
+        if self.restore is None:
+            return x
+        if x.ndim < 1 or x.size != x.shape[0] * math.prod(self.restore):
+            raise ShapeError(f"{self.where}: input shape {tuple(x.shape)} cannot take the shape "
+                             f"(batch, {', '.join(map(str, self.restore))}) of the reshape pnnx dropped")
+        return self.xp.reshape(x, (x.shape[0],) + self.restore)
 
     def forward(self, x: Any) -> Any:
         xp, r = self.xp, self.r
+        x = self._restored(x)
         if x.ndim < 3 or x.shape[-3] % (r * r):
             raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: channels must be divisible by {r * r}")
         lead = tuple(x.shape[:-3])
@@ -435,22 +468,13 @@ class PixelShuffle(Layer):
 
 
 @register("nn.PixelUnshuffle", "F.pixel_unshuffle")
-class PixelUnshuffle(Layer):
-    """(*, C, H*r, W*r) -> (*, C*r*r, H, W)."""
-
-    def __init__(self, ctx: BuildContext, r: int, where: str):
-        super().__init__(ctx)
-        self.r, self.where = r, where
-
-    @classmethod
-    def from_operator(cls, op, ctx):
-        r = op.param("downscale_factor", int)
-        if r <= 0:
-            raise LayerParameterError(f"{op.where}: downscale_factor must be positive, found {r}")
-        return cls(ctx, r, op.where)
+class PixelUnshuffle(PixelShuffle):
+    """(*, C, H*r, W*r) -> (*, C*r*r, H, W); the reshape pnnx may drop is restored as in
+    :class:`PixelShuffle`."""
 
     def forward(self, x: Any) -> Any:
         xp, r = self.xp, self.r
+        x = self._restored(x)
         if x.ndim < 3 or x.shape[-2] % r or x.shape[-1] % r:
             raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: height and width must be divisible by {r}")
         lead = tuple(x.shape[:-3])
