@@ -664,3 +664,31 @@ def test_new_full_and_broadcast_to_with_sizes_from_the_batch(model_backend, tmp_
             a = kuiper_xp.to_numpy(a)
             assert a.dtype == e.numpy().dtype and a.shape == tuple(e.shape)
             assert_close(a, e.numpy(), rtol=1e-6)
+
+
+class _MixtralGather(nn.Module):
+    """HF Mixtral's routing gather: ``x[None, tok].reshape(-1, d)`` after a data-dependent
+    ``torch.where``; pnnx declares the where's result as (0) and writes the reshape target as
+    ``(0, 8)``, a size frozen at the example's 0 (it stopped with 'cannot reshape ... to (0, 8)')."""
+
+    def forward(self, x, idx):
+        _, tok = torch.where(torch.nn.functional.one_hot(idx, 4).permute(2, 1, 0)[0])
+        return x[None, tok].reshape(-1, x.shape[-1]) * 2
+
+
+def test_reshape_target_with_a_size_pnnx_froze_at_zero(model_backend, tmp_path):
+    import kuiper_xp
+    from helpers import export_module
+
+    g = torch.Generator().manual_seed(3)
+    ins1 = (torch.randn(16, 8, generator=g), torch.randint(0, 4, (16, 2), generator=g))
+    ins2 = (torch.randn(33, 8, generator=g), torch.randint(0, 4, (33, 2), generator=g))
+    param = export_module(_MixtralGather(), ins1, tmp_path, inputs2=ins2)
+    assert "shape=(0,8)" in param.read_text()
+    graph = kuiper_xp.load(param, backend=model_backend)
+    for ins in (ins1, ins2):
+        got = graph(*(t.numpy() for t in ins))[0]
+        assert_close(kuiper_xp.to_numpy(got), _MixtralGather()(*ins).numpy(), rtol=1e-6)
+    layer = make_layer(model_backend, "Tensor.reshape", "shape=(0,4)")
+    with pytest.raises(ShapeError, match=r"cannot reshape an input of shape \(3, 3\)"):
+        run(model_backend, layer, np.ones((3, 3), np.float32))  # (9 does not split into rows of 4)

@@ -133,7 +133,9 @@ def _resolve_shape(target: Sequence[int], numel: int, in_shape: tuple[int, ...],
     """torch's view/reshape rule: at most one -1, inferred; every other size >= 0. One exception:
     pnnx writes ``batch * heads`` of a dynamic batch as ``-heads`` (``(-4,16,16)``: DistilBERT's
     mask reshaped for ``nn.MultiheadAttention`` at a fixed length; its own Python fails on it), so
-    a single ``-k`` with no -1 beside it is inferred too, and must come out a multiple of k."""
+    a single ``-k`` with no -1 beside it is inferred too, and must come out a multiple of k; and a
+    single 0 in the target of a non-empty input (a data-dependent size pnnx froze at its
+    example's 0) is inferred as a -1 would be."""
     neg = [i for i, s in enumerate(target) if s < 0]
     if len(neg) > 1:
         raise ShapeError(f"{who}: invalid target shape {tuple(target)} (only one -1 allowed, no other "
@@ -147,6 +149,16 @@ def _resolve_shape(target: Sequence[int], numel: int, in_shape: tuple[int, ...],
         t = list(target)
         t[neg[0]] = numel // known
         return tuple(t)
+    zeros = [i for i, s in enumerate(target) if s == 0]
+    if known != numel and numel and len(zeros) == 1:
+        # a data-dependent size pnnx froze at the example's 0 (HF Mixtral's
+        # x[None, tok].reshape(-1, d) after a torch.where: it writes shape=(0,8)); torch never
+        # reshapes a non-empty tensor to no elements, so that 0 can only be the inferred size
+        rest = math.prod(s for s in target if s != 0)
+        if numel % rest == 0:
+            t = list(target)
+            t[zeros[0]] = numel // rest
+            return tuple(t)
     if known != numel:
         raise ShapeError(f"{who}: cannot reshape an input of shape {in_shape} ({numel} elements) to "
                          f"{tuple(target)} ({known} elements)")
