@@ -3679,7 +3679,8 @@ def _exp_rows(src: np.ndarray, dst: np.ndarray, ones: np.ndarray) -> np.ndarray:
 def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
     """Interpolation (``kuiper_xp.layers.resize``) of an (N, C, spatial...) float array with the
     layer's per-axis plan (None, or taps ``(index, weight or None)``), in the generic path's order
-    (axis by axis; per axis ``take(i0) * w0 + take(i1) * w1 + ...``), so the results are the same;
+    (axis by axis; per axis ``take(i0) * w0 + take(i1) * w1 + ...``), so the results are the same
+    (but for short axes of finite inputs, taken as matrix products: see RESIZE_MATMUL_MAX_IN);
     planes split over the threads, the intermediate in a workspace and the result
     from the graph's pool (the generic path made ~6 fresh arrays per call, a page fault per
     4 KiB each). None when nothing is resized or the dtype is not float32/float64."""
@@ -3689,6 +3690,7 @@ def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
         return None
     n, c = x.shape[:2]
     cur = np.ascontiguousarray(x).reshape((n * c,) + x.shape[2:])
+    finite = None
     for j, k in enumerate(active):
         taps = plan[k]
         axis = 1 + k
@@ -3698,6 +3700,14 @@ def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
             out = _view(_out((n, c) + tuple(shape[1:]), x.dtype), tuple(shape))
         else:
             out = _workspace(tuple(shape), x.dtype, slot=30 + j % 2)
+        if (len(taps) >= 2 and axis >= cur.ndim - 2 and cur.shape[axis] <= RESIZE_MATMUL_MAX_IN
+                and out.size >= RESIZE_MATMUL_MIN_OUT):
+            if finite is None:  # (a product with the tap matrix would spread inf and NaN)
+                finite = bool(np.isfinite(x).all())
+            if finite:
+                _resize_axis_matmul(cur, out, taps, axis)
+                cur = out
+                continue
         bshape = (-1,) + (1,) * (len(shape) - 1 - axis)
 
         def part(lo, hi, src=cur, dst=out, taps=taps, axis=axis, bshape=bshape):
@@ -3713,6 +3723,31 @@ def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
         _parallel(part, n * c, out.size * len(taps))
         cur = out
     return cur.reshape((n, c) + cur.shape[1:])
+
+
+#: a resized axis of at most this many input samples (and an output of RESIZE_MATMUL_MIN_OUT
+#: elements or more) is interpolated as a product with its (in, out) tap matrix rather than by a
+#: gather, a multiply and an add per tap (ICNet's bilinear x4 of (4, 8, 32, 32): 1.38 -> ~0.4 ms,
+#: torch 0.79); finite inputs only, within float rounding of the gather form
+RESIZE_MATMUL_MAX_IN = 64
+RESIZE_MATMUL_MIN_OUT = 1 << 14
+
+
+def _resize_axis_matmul(cur: np.ndarray, out: np.ndarray, taps, axis: int) -> None:
+    """One axis of :func:`resize_taps` (the last or the one before it) as a matrix product."""
+    n_in, n_out = cur.shape[axis], out.shape[axis]
+    m = np.zeros((n_in, n_out), dtype=cur.dtype)
+    cols = np.arange(n_out)
+    for idx, w in taps:
+        np.add.at(m, (idx, cols), 1.0 if w is None else w)  # (equal indices add up)
+    if axis == cur.ndim - 1:
+        _gemm(cur.reshape(-1, n_in), m, out.reshape(-1, n_out))
+        return
+    mt = np.ascontiguousarray(m.T)
+
+    def part(lo, hi):
+        np.matmul(mt, cur[lo:hi], out=out[lo:hi])
+    _parallel(part, cur.shape[0], out.size * n_in)
 
 
 # -- linear ----------------------------------------------------------------------------------------

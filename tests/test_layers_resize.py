@@ -296,6 +296,41 @@ def test_numpy_fast_resize_is_the_generic_path_bit_for_bit(monkeypatch, line, sh
         assert fast.dtype == dtype and fast.flags.c_contiguous
 
 
+@pytest.mark.parametrize("line,shape", [
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bilinear scale_factor=(2.0,2.0)", (2, 8, 32, 24)),
+    ("F.interpolate op 1 1 0 1 align_corners=True mode=bilinear scale_factor=(4.0,4.0)", (2, 8, 16, 16)),
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bicubic scale_factor=(2.0,4.0)", (2, 8, 40, 20)),
+])
+def test_numpy_fast_resize_of_short_axes_as_matrix_products(monkeypatch, line, shape):
+    """Axes of at most RESIZE_MATMUL_MAX_IN samples of a finite input are interpolated as products
+    with their tap matrices (equal taps of align_corners' edges added up): the generic gathers'
+    results within float rounding, and torch's; a non-finite input keeps the gathers."""
+    from kuiper_xp.backends import get_backend
+    from kuiper_xp.backends import numpy_fast as nf
+
+    used = []
+    real = nf._resize_axis_matmul
+    monkeypatch.setattr(nf, "_resize_axis_matmul", lambda *a: used.append(a[3]) or real(*a))
+    layer = make_layer(get_backend("numpy"), line)
+    x = np.random.default_rng(8).standard_normal(shape).astype(np.float32)
+    with nf.compute_scope():
+        fast = layer.forward(x)
+    assert used == [1, 2], used  # (the H and W axes of the (planes, H, W) array)
+    with monkeypatch.context() as m:
+        m.setattr(nf, "resize_taps", lambda *a: None)
+        generic = layer.forward(x)
+    assert_close(fast, generic, rtol=1e-6)
+    mode = "bicubic" if "bicubic" in line else "bilinear"
+    scale = tuple(float(v) for v in line.split("scale_factor=(")[1].rstrip(")").split(","))
+    want = F.interpolate(torch.from_numpy(x), scale_factor=scale, mode=mode, align_corners="True" in line)
+    assert_close(fast, want.numpy(), rtol=2e-6)
+    x.flat[5] = np.inf
+    used.clear()
+    with nf.compute_scope():
+        layer.forward(x)
+    assert used == []
+
+
 @pytest.mark.parametrize("shape, r", [((2, 2 * 9, 5, 7), 3), ((1, 3 * 4, 9, 6), 2), ((3, 2, 4, 8, 4, 5), 2),
                                       ((4 * 4, 3, 5), 4)])
 def test_numpy_fast_pixel_shuffle_and_unshuffle(monkeypatch, shape, r):

@@ -677,8 +677,9 @@ class _MixtralGather(nn.Module):
 
 
 def test_reshape_target_with_a_size_pnnx_froze_at_zero(model_backend, tmp_path):
-    import kuiper_xp
     from helpers import export_module
+
+    import kuiper_xp
 
     g = torch.Generator().manual_seed(3)
     ins1 = (torch.randn(16, 8, generator=g), torch.randint(0, 4, (16, 2), generator=g))
