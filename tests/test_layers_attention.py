@@ -814,6 +814,50 @@ def test_ldm_attention_block_is_fused_and_matches_torch(tmp_path, model_backend)
     assert_close(kuiper_xp.to_numpy(g(x2)[0]), kuiper_xp.to_numpy(plain(x2)[0]), rtol=1e-5)
 
 
+class BaddbmmAttention(nn.Module):
+    """diffusers' AttnProcessor: heads folded into the batch, the scores as
+    ``torch.baddbmm(torch.empty(...), q, k^T, beta=0, alpha=scale)``, softmax, ``torch.bmm``."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.h, self.d = heads, dim // heads
+        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        n, length, _ = x.shape
+
+        def heads(t):
+            return t.reshape(n, length, self.h, self.d).permute(0, 2, 1, 3).reshape(n * self.h, length, self.d)
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        empty = torch.empty(q.shape[0], length, length, dtype=q.dtype)
+        scores = torch.baddbmm(empty, q, k.transpose(-1, -2), beta=0, alpha=self.d ** -0.5)
+        return torch.bmm(scores.softmax(dim=-1), v)
+
+
+def test_baddbmm_attention_is_fused_and_matches_torch(tmp_path, model_backend):
+    import kuiper_xp
+    from kuiper_xp.layers.attention import FusedAttention
+
+    torch.manual_seed(0)
+    module = BaddbmmAttention().eval()
+    x = torch.randn(1, 20, 32)
+    param = export_module(module, (x,), tmp_path, inputs2=(torch.randn(2, 20, 32),))
+    assert "torch.baddbmm" in param.read_text()
+    compare_graph(param, model_backend, module, (x,), rtol=1e-4)
+    g = kuiper_xp.load(param, backend=model_backend)
+    if getattr(g.backend.fast, "attention", None) is None:
+        assert g.fused_attention == []
+        return
+    assert len(g.fused_attention) == 1, g.fused_attention
+    step = next(r for r in g.execution_order if isinstance(r.layer, FusedAttention))
+    x2 = t2n(torch.randn(2, 20, 32))
+    fast = kuiper_xp.to_numpy(g(x2)[0]).copy()
+    step.layer._attention = None  # the original layers, in order (its ignored input given q)
+    assert_close(kuiper_xp.to_numpy(g(x2)[0]), fast, rtol=1e-5)
+    with torch.no_grad():
+        assert_close(fast, module(torch.from_numpy(x2)).numpy(), rtol=1e-4)
+
+
 def test_einsum_attention_forms():
     from kuiper_xp.layers.attention import einsum_attention_form as form
 

@@ -416,6 +416,7 @@ class Graph:
         original layers, in order, when the fast path does not take the operands."""
         from kuiper_xp.layers.activation import Softmax
         from kuiper_xp.layers.attention import (
+            BAddBMM,
             BatchMatMul,
             Einsum,
             FusedAttention,
@@ -444,16 +445,22 @@ class Graph:
             keys themselves, ``'bid,bjd->bij'``), None where it is not such a product."""
             if type(layer) in products:
                 return "kt"
+            if type(layer) is BAddBMM:  # (diffusers' scores: baddbmm(empty, q, kt, beta=0, alpha=s))
+                return "kt" if not second and layer.beta == 0.0 else None
             if type(layer) is Einsum:
                 return einsum_attention_form(layer.equation, second)
             return None
 
         def first(layer: Any) -> int:
+            if type(layer) is BAddBMM:
+                return layer.pos["batch1"]
             return layer.pos["input"] if type(layer) is not Einsum else 0
 
         def other(layer: Any) -> int:
             if type(layer) is Einsum:
                 return 1
+            if type(layer) is BAddBMM:
+                return layer.pos["batch2"]
             return layer.pos["other"] if "other" in layer.pos else layer.pos["mat2"]
 
         gone: set[int] = set()
@@ -487,10 +494,12 @@ class Graph:
             # the probabilities as the first factor (p @ v), or transposed as the second (v @ p^T)
             at, value = (other(r2.layer), f2) if tp is not None else (f2, other(r2.layer))
             seen = outputs_of[id(tp)][0] if tp is not None else probs
-            if len(ins1) != 2 or len(ins2) != 2 or ins2[at] is not seen or ins2[value] is seen:
+            added = type(r1.layer) is BAddBMM  # (its ignored `input`, beta 0, is given q in a fallback)
+            if len(ins1) != 2 + added or len(ins2) != 2 or ins2[at] is not seen or ins2[value] is seen:
                 continue
             operands = [ins1[f1], ins1[other(r1.layer)], ins2[value]]
-            scale, steps = 1.0, [(r1.layer, [0 if k == f1 else 1 for k in range(2)])]
+            alpha = r1.layer.alpha if added else 1.0
+            scale, steps = alpha, [(r1.layer, [1 if k == other(r1.layer) else 0 for k in range(len(ins1))])]
             if mid is not None:
                 mins = inputs_of[id(mid)]
                 if sum(o is scores for o in mins) != 1:
@@ -499,6 +508,7 @@ class Graph:
                 if found is None:
                     continue
                 scale, mask_at = found
+                scale *= alpha
                 if mask_at is not None:
                     if mask_at >= len(mins):
                         continue
