@@ -704,12 +704,17 @@ class BmmAttention(nn.Module):
         self.h, self.d = heads, dim // heads
         self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
 
-    def forward(self, x):
+    def qkv(self, x):
+        """q, k, v of x (n, length, dim) with the heads folded into the batch."""
         n, length, _ = x.shape
 
         def heads(t):
             return t.view(n, length, self.h, self.d).transpose(1, 2).reshape(n * self.h, length, self.d)
-        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        return heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+
+    def forward(self, x):
+        n, length, _ = x.shape
+        q, k, v = self.qkv(x)
         w = torch.bmm(q, k.transpose(1, 2)) * self.d ** -0.5
         return torch.bmm(F.softmax(w, dim=-1), v).view(n, self.h, length, self.d)
 
@@ -814,21 +819,16 @@ def test_ldm_attention_block_is_fused_and_matches_torch(tmp_path, model_backend)
     assert_close(kuiper_xp.to_numpy(g(x2)[0]), kuiper_xp.to_numpy(plain(x2)[0]), rtol=1e-5)
 
 
-class BaddbmmAttention(nn.Module):
+class BaddbmmAttention(BmmAttention):
     """diffusers' AttnProcessor: heads folded into the batch, the scores as
     ``torch.baddbmm(torch.empty(...), q, k^T, beta=0, alpha=scale)``, softmax, ``torch.bmm``."""
 
     def __init__(self, dim=32, heads=4):
-        super().__init__()
-        self.h, self.d = heads, dim // heads
-        self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        super().__init__(dim, heads)
 
     def forward(self, x):
-        n, length, _ = x.shape
-
-        def heads(t):
-            return t.reshape(n, length, self.h, self.d).permute(0, 2, 1, 3).reshape(n * self.h, length, self.d)
-        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        length = x.shape[1]
+        q, k, v = self.qkv(x)
         empty = torch.empty(q.shape[0], length, length, dtype=q.dtype)
         scores = torch.baddbmm(empty, q, k.transpose(-1, -2), beta=0, alpha=self.d ** -0.5)
         return torch.bmm(scores.softmax(dim=-1), v)
