@@ -3733,17 +3733,35 @@ RESIZE_MATMUL_MAX_IN = 64
 RESIZE_MATMUL_MIN_OUT = 1 << 14
 
 
+_TAP_MATRICES: dict[int, tuple] = {}  # id of a plan's first index array -> (that array, n_in, dtype, matrix)
+
+
+def _tap_matrix(taps, n_in: int, dtype) -> np.ndarray:
+    """The (n_in, n_out) matrix of one axis's taps (equal indices add up), kept for the plan's
+    taps (the layers cache their plans per shape): 18 us to build for 64 -> 512."""
+    key = id(taps[0][0])
+    hit = _TAP_MATRICES.get(key)
+    if hit is not None and hit[0] is taps[0][0] and hit[1] == n_in and hit[2] == dtype:
+        return hit[3]
+    n_out = taps[0][0].shape[0]
+    m = np.zeros((n_in, n_out), dtype=dtype)
+    cols = np.arange(n_out)
+    for idx, w in taps:
+        np.add.at(m, (idx, cols), 1.0 if w is None else w)
+    if len(_TAP_MATRICES) >= 64:
+        _TAP_MATRICES.clear()
+    _TAP_MATRICES[key] = (taps[0][0], n_in, dtype, m)
+    return m
+
+
 def _resize_axis_matmul(cur: np.ndarray, out: np.ndarray, taps, axis: int) -> None:
     """One axis of :func:`resize_taps` (the last or the one before it) as a matrix product."""
     n_in, n_out = cur.shape[axis], out.shape[axis]
-    m = np.zeros((n_in, n_out), dtype=cur.dtype)
-    cols = np.arange(n_out)
-    for idx, w in taps:
-        np.add.at(m, (idx, cols), 1.0 if w is None else w)  # (equal indices add up)
+    m = _tap_matrix(taps, n_in, cur.dtype)
     if axis == cur.ndim - 1:
         _gemm(cur.reshape(-1, n_in), m, out.reshape(-1, n_out))
         return
-    mt = np.ascontiguousarray(m.T)
+    mt = m.T  # (a transposed view: matmul reads it as it is)
 
     def part(lo, hi):
         np.matmul(mt, cur[lo:hi], out=out[lo:hi])
