@@ -2887,25 +2887,39 @@ AVG_RUNNING_MIN_TAPS = 12
 
 def _avg_rows_running(x: np.ndarray, k: int, div) -> np.ndarray:
     """The stride-1 average over ``k`` consecutive elements of each row of (N, C, 1, W) ``x``
-    (any layout) as differences of float64 running sums: a fixed handful of passes for any k
-    (Autoformer's AvgPool1d(25) over (4, 64, 120) took 25 strided adds), exact to float64."""
+    (any layout) in a fixed handful of passes for any k (Autoformer's AvgPool1d(25) over (4, 64,
+    120) took 25 strided adds): each row cut into blocks of k, float64 running sums inside each
+    block forwards (P) and backwards (S); a window starting inside a block is the tail of that
+    block (S) plus the head of the next (P), one starting on a block boundary is one block's P.
+    Only the window's own elements enter its sum, and nothing is subtracted: an inf or a 1e20
+    elsewhere in the row leaves the other windows as torch computes them (differences of running
+    sums over the whole row, as this was first written, made every later window NaN or 0)."""
     n, c, h, w = x.shape
     rows = x.reshape(n * c * h, w) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(n * c * h, w)
-    y = _out((n, c, h, w - k + 1), x.dtype)
-    yr = y.reshape(n * c * h, w - k + 1)
-    step = max(1, (1 << 17) // max(1, w))  # rows per block: the running sums stay in cache
+    m = w - k + 1
+    y = _out((n, c, h, m), x.dtype)
+    yr = y.reshape(n * c * h, m)
+    nb = -(-w // k)
+    length = nb * k
+    step = max(1, (1 << 16) // max(1, length))  # rows per block: the running sums stay in cache
 
     def part(r0, r1):
-        acc = _workspace((step, w + 1), np.float64, slot=29)
+        pre = _workspace((step, length), np.float64, slot=29)
+        suf = _workspace((step, length), np.float64, slot=33)
         for a in range(r0, r1, step):
             b = min(r1, a + step)
-            cs = acc[: b - a]
-            cs[:, 0] = 0.0
-            np.cumsum(rows[a:b], axis=1, dtype=np.float64, out=cs[:, 1:])
-            d = cs[:, k:] - cs[:, :-k]
+            p, s = pre[: b - a], suf[: b - a]
+            p[:, :w] = rows[a:b]
+            p[:, w:] = 0.0
+            pb = p.reshape(b - a, nb, k)
+            sb = s.reshape(b - a, nb, k)
+            np.cumsum(pb[:, :, ::-1], axis=2, out=sb[:, :, ::-1])
+            np.cumsum(pb, axis=2, out=pb)
+            sb[:, :, 0] = 0.0  # (a window starting on a boundary is one whole block: P alone)
+            d = np.add(s[:, :m], p[:, k - 1: k - 1 + m], out=s[:, :m])
             d /= div
             yr[a:b] = d
-    _parallel(part, rows.shape[0], x.size * 4)
+    _parallel(part, rows.shape[0], x.size * 6)
     return y
 
 
@@ -2986,8 +3000,8 @@ def matmul(a, b):
     one stack, a view when their strides allow). Anything else is numpy's own matmul."""
     a, b = np.asarray(a), np.asarray(b)
     if (not _gemm_split or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or a.dtype.kind != "f"
-            or a.shape[-1] != b.shape[-2]):
-        return np.matmul(a, b)
+            or a.shape[-1] != b.shape[-2] or a.size == 0 or b.size == 0):
+        return np.matmul(a, b)  # (empty operands too: the stack flattening cannot infer a -1 there)
     m, n = a.shape[-2], b.shape[-1]
     if a.ndim <= 3 and b.ndim <= 3:
         lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
@@ -4422,7 +4436,9 @@ def take_along(x, index, axis: int) -> np.ndarray | None:
         idx = index[lo:hi]
         lin = idx * strides[axis]
         for a in range(nd):
-            if a != axis and idx.shape[a] > 1:
+            if a != axis and (idx.shape[a] > 1 or (a == 0 and lo > 0)):
+                # (a thread's single row along axis 0 still sits at row lo: batch 2 on 2 threads
+                # read row 0 twice when size-1 axes were skipped)
                 start = lo if a == 0 else 0
                 ar = np.arange(start, start + idx.shape[a], dtype=np.int64) * strides[a]
                 lin += ar.reshape((idx.shape[a],) + (1,) * (nd - a - 1))

@@ -426,6 +426,8 @@ def test_index_select_and_gather(backend, tmp_path):
     (2, (6, 40, 32), (6, 40, 50), True),  # DeBERTa's relative-position gather: an expanded index
     (1, (3, 50, 40), (3, 60, 30), False), (0, (30, 20, 12), (25, 20, 10), False),
     (1, (4, 30, 8), (4, 20, 8), "tail"),  # Reformer's sort: (B, k, 1) expanded over the rows
+    # big enough to be split over the 2 threads, one row of the first axis each
+    (1, (2, 128, 256), (2, 128, 256), False), (2, (2, 64, 600), (2, 64, 512), False),
 ])
 def test_gather_numpy_fast_path_matches_torch(tmp_path, monkeypatch, axis, x_shape, i_shape, expand):
     """Indices of 4096 elements and more take numpy's flat-position path (split over threads)."""

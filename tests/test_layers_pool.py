@@ -321,3 +321,30 @@ def test_max_pool_over_the_whole_map(backend, tmp_path, op_type, params, shape):
     fn_ = F.max_pool1d if len(shape) == 3 else F.max_pool2d
     want = fn_(t(x), params["kernel_size"], params["stride"], ceil_mode=params.get("ceil_mode", False)).numpy()
     run_op(backend, tmp_path, op_type, full, [x], want)
+
+
+@pytest.mark.parametrize("size", [(5, 7), (4, 6), (3, 13)])
+def test_adaptive_avg_pool2d_keeps_an_inf_in_its_own_windows(backend, tmp_path, size):
+    """One inf (and one NaN) in the input: torch's windows that do not hold it stay finite (an
+    averaging-matrix product made NaN of them: 0 * inf)."""
+    x = rnd(1, 2, 11, 13)
+    x[0, 0, 3, 4] = np.inf
+    x[0, 1, 7, 2] = np.nan
+    expected = F.adaptive_avg_pool2d(t(x), size).numpy()
+    assert np.isfinite(expected).sum() > expected.size // 2
+    run_op(backend, tmp_path, "nn.AdaptiveAvgPool2d", {"output_size": size}, [x], expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_avg_pool1d_long_window_sums_only_its_own_elements(backend, tmp_path, dtype):
+    """AvgPool1d(k >= 12, stride 1) (the numpy backend's running-sum path): an inf, a NaN and a
+    1e20 in a row leave the windows that do not hold them as torch computes them."""
+    x = rnd(2, 3, 40).astype(dtype)
+    x[0, 0, 5] = np.inf
+    x[0, 1, 9] = np.nan
+    x[1, 2, 3] = 1e20
+    x[1, 0, 30] = -np.inf
+    expected = F.avg_pool1d(t(x), 12, 1).numpy()
+    params = _pool_params(12, 1, 0, None, False, nd=1)
+    assert np.isfinite(expected).sum() > expected.size // 2
+    run_op(backend, tmp_path, "nn.AvgPool1d", params, [x], expected, rtol=1e-5 if dtype == np.float32 else 1e-12)

@@ -428,3 +428,57 @@ def test_pixel_shuffles_restore_the_reshape_pnnx_dropped(model_backend, tmp_path
     got = graph(*(t.numpy() for t in ins3))
     for a, e in zip(got, _PatchFold()(*ins3)):
         assert_close(kuiper_xp.to_numpy(a), e.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode,shape,scale,dtype", [
+    ("nearest", (1, 2, 7, 7), 2.1, np.float32),     # 7 -> 14 = 2n: torch's 2-D kernel maps d -> d >> 1
+    ("nearest", (1, 2, 5, 5), 1.1, np.float32),     # 5 -> 5: copied
+    ("nearest", (1, 2, 7, 7), 2.1, np.float64),
+    ("nearest", (1, 2, 5), 1.1, np.float32),        # 1-D and 3-D nearest use the scale
+    ("nearest", (1, 2, 5, 5, 5), 1.1, np.float32),
+    ("bilinear", (1, 2, 3, 8), 1.3, np.float32),    # 3 rows stay 3: kept as they are
+    ("linear", (1, 2, 4), 1.2, np.float32),
+    ("trilinear", (1, 2, 3, 4, 8), 1.3, np.float32),
+    ("bicubic", (1, 2, 3, 8), 1.3, np.float32),     # bicubic resamples such an axis
+    ("nearest-exact", (1, 2, 19, 18), (2.7, 0.9), np.float64),  # 2-D: float32 coordinates
+])
+def test_interpolate_scale_factor_that_keeps_or_doubles_a_size(backend, tmp_path, mode, shape, scale, dtype):
+    """A scale_factor whose product with a size rounds down to that size (or twice it): torch's
+    kernels take shortcuts there that differ by mode and rank."""
+    x = _x(*shape).astype(dtype)
+    nsp = x.ndim - 2
+    sf = scale if isinstance(scale, tuple) else (scale,) * nsp
+    kw = {"mode": mode, "scale_factor": sf}
+    params = f"mode={mode} scale_factor={_fmt(sf)}"
+    if mode in ("linear", "bilinear", "trilinear", "bicubic"):
+        kw["align_corners"] = False
+        params += " align_corners=False"
+    e = F.interpolate(torch.from_numpy(x), **kw)
+    run_one_op(backend, tmp_path, "F.upsample", [x], t2n(e), params=params, keys=["input"],
+               rtol=1e-5 if dtype == np.float32 else 1e-13)
+
+
+def test_interpolate_nearest_float64_indices_as_torch(backend, tmp_path):
+    """torch's nearest kernels compute a float64 tensor's source index in float32 (161 -> 140
+    picks another element than the double computation for one output)."""
+    x = np.arange(161, dtype=np.float64).reshape(1, 1, 161)
+    e = F.interpolate(torch.from_numpy(x), size=(140,), mode="nearest")
+    run_one_op(backend, tmp_path, "F.upsample", [x], t2n(e), params="mode=nearest size=(140)",
+               keys=["input"], rtol=0.0)
+
+
+class AntialiasInf(nn.Module):
+    def forward(self, x):
+        return (F.interpolate(x, size=(5, 6), mode="bilinear", antialias=True),
+                F.interpolate(x, size=(4, 16), mode="bicubic", antialias=True))
+
+
+def test_interpolate_antialias_keeps_an_inf_in_its_own_support(model_backend, tmp_path):
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((1, 2, 17, 16)).astype(np.float32))
+    x[0, 0, 2, 3] = float("inf")
+    x[0, 1, 9, 12] = float("nan")
+    param = export_module(AntialiasInf(), (x,), tmp_path)
+    with torch.no_grad():
+        want = AntialiasInf()(x)
+    assert all(np.isfinite(w.numpy()).sum() > w.numel() // 2 for w in want)
+    compare_graph(param, model_backend, AntialiasInf(), (x,))

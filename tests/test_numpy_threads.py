@@ -338,6 +338,22 @@ def test_fast_matmul_matches_numpy(threads3, a_shape, b_shape, transpose_b):
             nf.matmul(a, b[..., :-1, :])
 
 
+@pytest.mark.parametrize("a_shape, b_shape", [((2, 3, 0, 5), (2, 3, 5, 4)), ((2, 3, 4, 0), (2, 3, 0, 6)),
+                                            ((2, 3, 4, 5), (2, 3, 5, 0)), ((0, 4, 5), (0, 5, 3))])
+def test_fast_matmul_of_empty_stacks(threads3, a_shape, b_shape):
+    """An empty 4-D stack: numpy could not infer the flattened stack's -1 there (a ValueError
+    from deep inside the fast path); torch gives the empty (or zero) product."""
+    import torch
+
+    a = np.ones(a_shape, np.float32)
+    b = np.ones(b_shape, np.float32)
+    with nf.compute_scope():
+        got = nf.matmul(a, b)
+    want = torch.matmul(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("delay_us, low, high", [(0, 1.0, 1.0), (200, 8.0, 8.0), (60, 2.0, 8.0)])
 def test_gemm_split_threshold_follows_the_measured_hand_off(monkeypatch, delay_us, low, high):
     """The round trip of an empty job to a worker, over the 20 us the GEMM threshold was tuned

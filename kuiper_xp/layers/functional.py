@@ -292,7 +292,10 @@ def avg_pool2d(x: Any, kernel, stride, padding=(0, 0), ceil_mode=False, count_in
 
 def adaptive_avg_pool2d(x: Any, out_hw: tuple[int, int], *, xp: Any) -> Any:
     """torch's ``adaptive_avg_pool2d``: a mean for the global and the divisible cases, otherwise
-    two matmuls with averaging matrices (each row ``1/len`` on its window)."""
+    the window sums along each axis as taps (``min(start + t, end - 1)``, the repeats of a short
+    window's last element masked out) divided by the window lengths. (Products with averaging
+    matrices, as this was first written, multiplied every element by the zeros outside its
+    windows: one inf in the input made NaN of outputs whose windows do not hold it.)"""
     h, w = x.shape[-2:]
     ho, wo = out_hw
     if (ho, wo) == (h, w):
@@ -305,18 +308,27 @@ def adaptive_avg_pool2d(x: Any, out_hw: tuple[int, int], *, xp: Any) -> Any:
         return xp.mean(r, axis=(-3, -1))
     y = x
     if wo != w:
-        y = xp.matmul(y, _avg_matrix(w, wo, transpose=True, dtype=x.dtype, device=x.device, xp=xp))
+        y = _adaptive_mean_axis(y, w, wo, y.ndim - 1, xp=xp)
     if ho != h:
-        y = xp.matmul(_avg_matrix(h, ho, transpose=False, dtype=x.dtype, device=x.device, xp=xp), y)
+        y = _adaptive_mean_axis(y, h, ho, y.ndim - 2, xp=xp)
     return y
 
 
-def _avg_matrix(n: int, o: int, transpose: bool, dtype, device, *, xp) -> Any:
-    rows = []
-    for a, b in adaptive_bounds(n, o):
-        rows.append([1.0 / (b - a) if a <= i < b else 0.0 for i in range(n)])
-    m = xp.asarray(rows, dtype=dtype, device=device)
-    return xp.permute_dims(m, (1, 0)) if transpose else m
+def _adaptive_mean_axis(x: Any, n: int, o: int, axis: int, *, xp) -> Any:
+    """The means of torch's adaptive windows of ``n`` elements into ``o`` along ``axis``."""
+    bounds = adaptive_bounds(n, o)
+    k = max(b - a for a, b in bounds)
+    trail = (1,) * (x.ndim - 1 - axis)
+    acc = None
+    for j in range(k):
+        idx = xp.asarray([min(a + j, b - 1) for a, b in bounds], dtype=xp.int64, device=x.device)
+        t = xp.take(x, idx, axis=axis)
+        if any(a + j >= b for a, b in bounds):  # (a where, not a weight 0: 0 * inf is NaN)
+            keep = xp.asarray([a + j < b for a, b in bounds], dtype=xp.bool, device=x.device)
+            t = xp.where(xp.reshape(keep, (o,) + trail), t, xp.zeros((), dtype=x.dtype, device=x.device))
+        acc = t if acc is None else acc + t
+    lengths = xp.asarray([b - a for a, b in bounds], dtype=x.dtype, device=x.device)
+    return acc / xp.reshape(lengths, (o,) + trail)
 
 
 def adaptive_max_pool2d(x: Any, out_hw: tuple[int, int], return_indices=False, *, xp: Any):

@@ -89,14 +89,26 @@ def _source_index(scale: float, dst: int, align_corners: bool, cubic: bool, rnd=
 
 
 def axis_taps(mode: str, n_in: int, n_out: int, align_corners: bool,
-              scale: float | None, double: bool = False) -> list[tuple[list[int], list[float] | None]] | None:
+              scale: float | None, double: bool = False,
+              ndim: int | None = None) -> list[tuple[list[int], list[float] | None]] | None:
     """Index and weight lists for one axis: ``[(idx, w), ...]`` (one entry per tap, each of
     length ``n_out``; ``w`` None for nearest), or None when the axis is left unchanged.
     ``double``: the coordinates in double precision, as torch computes them for float64
-    tensors (its kernels' ``opmath_t``); else in float32."""
-    taps: list[tuple[list[int], list[float] | None]]
+    tensors (its kernels' ``opmath_t``); else in float32. ``ndim``: the number of spatial axes
+    (torch's kernels differ by it, see below).
+
+    torch's shortcuts, which a ``scale_factor`` whose product with the size rounds down to the
+    size (or twice it) makes visible: the linear modes leave an axis whose size does not change
+    as it is (``scale_factor=1.3`` on 3 rows keeps the rows, where 1/1.3 would move them); the
+    2-D ``nearest`` kernel copies such an axis and maps a doubled one by ``d >> 1``
+    (``nearest_idx``; its 1-D and 3-D kernels use the scale). ``nearest`` computes its source
+    index in float32 for float64 tensors too, and so does the 2-D ``nearest-exact``."""
     rnd = _f64 if double else _f32
     if mode in ("nearest", "nearest-exact"):
+        if mode == "nearest" and ndim == 2 and n_out in (n_in, 2 * n_in):
+            return None if n_out == n_in else [([d >> 1 for d in range(n_out)], None)]
+        if mode == "nearest" or ndim == 2:
+            rnd = _f32
         s = _coord_scale(n_in, n_out, False, scale, rnd)
         if mode == "nearest":
             idx = [min(math.floor(rnd(float(d) * s)), n_in - 1) for d in range(n_out)]
@@ -107,6 +119,8 @@ def axis_taps(mode: str, n_in: int, n_out: int, align_corners: bool,
         return [(idx, None)]
     if mode in ("linear", "bilinear", "trilinear", "bicubic"):
         cubic = mode == "bicubic"
+        if n_in == n_out and not cubic:
+            return None
         s = _coord_scale(n_in, n_out, align_corners, scale, rnd)
         n_taps = 4 if cubic else 2
         idx_t: list[list[int]] = [[] for _ in range(n_taps)]
@@ -133,22 +147,18 @@ def axis_taps(mode: str, n_in: int, n_out: int, align_corners: bool,
     if mode == "area":  # adaptive average pooling bins
         starts = [(d * n_in) // n_out for d in range(n_out)]
         ends = [-((-(d + 1) * n_in) // n_out) for d in range(n_out)]
-        width = max(e - s for s, e in zip(starts, ends))
-        taps = []
-        for j in range(width):
-            idx = [min(s + j, e - 1) for s, e in zip(starts, ends)]
-            w = [1.0 / (e - s) if s + j < e else 0.0 for s, e in zip(starts, ends)]
-            taps.append((idx, w))
         if n_in == n_out:
             return None
-        return taps
+        return _padded_taps([(list(range(s, e)), [1.0 / (e - s)] * (e - s)) for s, e in zip(starts, ends)])
     raise ValueError(mode)
 
 
-def aa_axis_matrix(cubic: bool, n_in: int, n_out: int, align_corners: bool, scale: float | None) -> list[list[float]]:
+def aa_axis_matrix(cubic: bool, n_in: int, n_out: int, align_corners: bool, scale: float | None,
+                   supports: list | None = None) -> list[list[float]]:
     """torch's antialiased resampling weights along one axis (``_compute_weights_aa``), as an
     (n_out, n_in) matrix: a triangle (bilinear) or Keys cubic (a = -0.5, bicubic) filter
-    stretched by the scale when shrinking, each row normalised to sum 1."""
+    stretched by the scale when shrinking, each row normalised to sum 1. ``supports``, a list,
+    receives each row's ``(lo, hi)``: the inputs torch weighs for it."""
     interp = 4 if cubic else 2
     if align_corners:
         s = (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
@@ -173,6 +183,8 @@ def aa_axis_matrix(cubic: bool, n_in: int, n_out: int, align_corners: bool, scal
         center = s * (i + 0.5)
         lo = max(int(center - support + 0.5), 0)
         hi = min(int(center + support + 0.5), n_in)
+        if supports is not None:
+            supports.append((lo, hi))
         ws = [filt((j - center + 0.5) * inv) for j in range(lo, hi)]
         total = sum(ws)
         row = [0.0] * n_in
@@ -182,18 +194,49 @@ def aa_axis_matrix(cubic: bool, n_in: int, n_out: int, align_corners: bool, scal
     return rows
 
 
+def _padded_taps(rows: list[tuple[list[int], list[float]]]) -> list[tuple[list[int], list[float]]]:
+    """Per-output (indices, weights) lists of different lengths as equally many taps: a shorter
+    one repeats its last index, that index's weight shared equally by its repeats. (Not weight 0
+    on the repeats: 0 * inf is NaN, and one inf in the input then spoiled outputs whose windows
+    do not hold it.)"""
+    width = max(len(ids) for ids, _ in rows)
+    taps: list[tuple[list[int], list[float]]] = [([], []) for _ in range(width)]
+    for ids, ws in rows:
+        extra = width - len(ids)
+        last = ws[-1] / (extra + 1)
+        for j in range(width):
+            if j < len(ids) - 1:
+                taps[j][0].append(ids[j])
+                taps[j][1].append(ws[j])
+            else:
+                taps[j][0].append(ids[-1])
+                taps[j][1].append(last)
+    return taps
+
+
+def aa_axis_taps(cubic: bool, n_in: int, n_out: int, align_corners: bool,
+                 scale: float | None) -> list[tuple[list[int], list[float]]]:
+    """:func:`aa_axis_matrix`'s weights as taps over each output's support only (see
+    :func:`_padded_taps`): what torch multiplies, nothing outside it."""
+    supports: list[tuple[int, int]] = []
+    m = aa_axis_matrix(cubic, n_in, n_out, align_corners, scale, supports)
+    return _padded_taps([(list(range(lo, hi)), [m[i][j] for j in range(lo, hi)])
+                         for i, (lo, hi) in enumerate(supports)])
+
+
 @register("aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa")
 class InterpolateAntialias(Layer):
     """``F.interpolate(..., mode='bilinear'|'bicubic', antialias=True)`` as pnnx leaves it:
     ``aten::_upsample_bilinear2d_aa`` (input, output_size, align_corners, scales_h, scales_w), or
     with one list of scale factors (input, output_size, align_corners, scale_factors).
-    Separable: one (Ho, H) and one (Wo, W) weight matrix (torch's filter and support, per
-    :func:`aa_axis_matrix`; made once per sizes), applied as two matrix products."""
+    Separable: along each axis whose size changes, taps over each output's support with torch's
+    filter weights (:func:`aa_axis_taps`; made once per sizes), applied as the other modes'
+    taps are (an axis of unchanged size is left as it is, as torch leaves it)."""
 
     def __init__(self, ctx: BuildContext, cubic: bool, where: str):
         super().__init__(ctx)
         self.cubic, self.where = cubic, where
-        self._mats: dict[tuple, tuple[Any, Any]] = {}
+        self._plans: dict[tuple, tuple] = {}
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -227,16 +270,46 @@ class InterpolateAntialias(Layer):
         if ho <= 0 or wo <= 0:
             raise ShapeError(f"{self.where}: output size ({ho}, {wo}) must be positive")
         ac = bool(align) if align is not None else False
-        key = (h, w, ho, wo, ac, sh, sw, x.dtype)
-        mats = self._mats.get(key)
-        if mats is None:
-            if len(self._mats) >= 8:
-                self._mats.clear()
-            mh = xp.asarray(aa_axis_matrix(self.cubic, h, ho, ac, sh), dtype=x.dtype, device=self.device)
-            mw = xp.asarray(aa_axis_matrix(self.cubic, w, wo, ac, sw), dtype=x.dtype, device=self.device)
-            mats = self._mats[key] = (mh, xp.permute_dims(mw, (1, 0)))
-        mh, mwt = mats
-        return xp.matmul(mh, xp.matmul(x, mwt))
+        key = (h, w, ho, wo, ac, sh, sw, str(x.dtype))
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= 8:
+                self._plans.clear()
+            axes: list[Any] = []
+            for n_in, n_out, sc in ((h, ho, sh), (w, wo, sw)):
+                if n_in == n_out:
+                    axes.append(None)
+                    continue
+                axes.append(tuple((xp.asarray(idx, dtype=xp.int64, device=self.device),
+                                   xp.asarray(wt, dtype=x.dtype, device=self.device))
+                                  for idx, wt in aa_axis_taps(self.cubic, n_in, n_out, ac, sc)))
+            plan = self._plans[key] = tuple(axes)
+        return apply_taps(self, x, plan)
+
+
+def apply_taps(layer: Layer, x: Any, plan: tuple) -> Any:
+    """A resize plan (per spatial axis: None, or taps ``(indices, weights or None)``) applied
+    to ``x`` axis by axis: the backend's fast path when it has one, else a take per tap."""
+    xp = layer.xp
+    fast = getattr(layer.backend.fast, "resize_taps", None)
+    if fast is not None:
+        y = fast(x, plan)  # the same steps in the same order, threaded, pooled output
+        if y is not None:
+            return y
+    for k, taps in enumerate(plan):
+        if taps is None:
+            continue
+        axis = 2 + k
+        if len(taps) == 1 and taps[0][1] is None:
+            x = xp.take(x, taps[0][0], axis=axis)
+            continue
+        bshape = (-1,) + (1,) * (x.ndim - 1 - axis)
+        acc = None
+        for idx, w in taps:
+            term = xp.take(x, idx, axis=axis) * xp.reshape(w, bshape)
+            acc = term if acc is None else acc + term
+        x = acc
+    return x
 
 
 _MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
@@ -308,7 +381,8 @@ class Interpolate(Layer):
         xp, dev = self.xp, self.device
         axes = []
         for n_in, n_out, s in zip(in_sizes, out_sizes, scales):
-            taps = axis_taps(self.mode, n_in, n_out, self.align_corners, s, double=dtype == xp.float64)
+            taps = axis_taps(self.mode, n_in, n_out, self.align_corners, s, double=dtype == xp.float64,
+                             ndim=len(in_sizes))
             if taps is None:
                 axes.append(None)
                 continue
@@ -342,29 +416,10 @@ class Interpolate(Layer):
         return self._resize(x, in_sizes, tuple(out_sizes), scales)
 
     def _resize(self, x: Any, in_sizes: tuple, out_sizes: tuple, scales: tuple) -> Any:
-        xp = self.xp
         if any(n <= 0 for n in out_sizes) or any(n <= 0 for n in in_sizes):
             raise ShapeError(f"{self.where}: input size {in_sizes} and output size {out_sizes} must be positive")
         plan = self._plan(in_sizes, tuple(out_sizes), scales, x.dtype)
-        fast = getattr(self.backend.fast, "resize_taps", None)
-        if fast is not None:
-            y = fast(x, plan)  # the same steps in the same order, threaded, pooled output
-            if y is not None:
-                return y
-        for k, taps in enumerate(plan):
-            if taps is None:
-                continue
-            axis = 2 + k
-            if len(taps) == 1 and taps[0][1] is None:
-                x = xp.take(x, taps[0][0], axis=axis)
-                continue
-            bshape = (-1,) + (1,) * (x.ndim - 1 - axis)
-            acc = None
-            for idx, w in taps:
-                term = xp.take(x, idx, axis=axis) * xp.reshape(w, bshape)
-                acc = term if acc is None else acc + term
-            x = acc
-        return x
+        return apply_taps(self, x, plan)
 
 
 @register("aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d", "aten::_upsample_nearest_exact3d")
