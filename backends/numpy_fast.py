@@ -4396,13 +4396,18 @@ def grid_sample_bilinear(x, grid, padding: str, align: bool) -> np.ndarray | Non
             ok = (v >= 0) & (v <= size - 1)  # (False for NaN)
             axes.append((ok, np.clip(v, 0, size - 1)))
         (okx0, cx0), (okx1, cx1), (oky0, cy0), (oky1, cy1) = axes
+        flat = x.reshape(n, c, h * w)
+        outside = 0  # reads outside the map: weight 0 on the first pixel, exact while that is finite
+        if not np.isfinite(x[:, :, 0, 0]).all():  # (else on an appended zero, as the generic layer)
+            flat = np.concatenate([flat, np.zeros((n, c, 1), x.dtype)], axis=2)
+            outside = h * w
         taps = []
         for (oky, cy), (okx, cx), wt in (((oky0, cy0), (okx0, cx0), ey * ex), ((oky0, cy0), (okx1, cx1), ey * fx),
                                          ((oky1, cy1), (okx0, cx0), fy * ex), ((oky1, cy1), (okx1, cx1), fy * fx)):
             ok = oky & okx
-            idx = np.where(ok, cy * w + cx, 0).astype(np.int64)
+            idx = np.where(ok, cy * w + cx, outside).astype(np.int64)
             taps.append((idx, ok.astype(x.dtype) * wt))  # (0 * NaN: NaN, as torch)
-        y = gather_taps(x.reshape(n, c, h * w), taps)
+        y = gather_taps(flat, taps)
     return None if y is None else y.reshape(n, c, ho, wo)
 
 

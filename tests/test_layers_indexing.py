@@ -114,6 +114,17 @@ CASES = {
         Fn(lambda s, x, g, mode=mode, pad=pad, align=align: F.grid_sample(x, g, mode, pad, align)),
         (_r(2, 3, 5, 7), torch.rand(2, 4, 6, 2, generator=_g(1)) * 3 - 1.5), {"F.grid_sample"})
        for mode in ("bilinear", "nearest", "bicubic") for pad in ("zeros", "border", "reflection") for align in (False, True)},
+    # an inf in the first pixel of every plane: reads outside the map add nothing (not 0 * inf)
+    **{f"grid_inf_{mode}_{pad}": (
+        Fn(lambda s, x, g, mode=mode, pad=pad: F.grid_sample(x, g, mode, pad, False)),
+        (_r(2, 3, 5, 7).index_put_((torch.tensor([0, 1]), torch.tensor([1, 2]), torch.tensor([0, 0]),
+                                    torch.tensor([0, 0])), torch.tensor(float("inf"))),
+         torch.rand(2, 4, 6, 2, generator=_g(1)) * 3 - 1.5), {"F.grid_sample"})
+       for mode in ("bilinear", "nearest", "bicubic") for pad in ("zeros", "border")},
+    "grid3d_inf": (Fn(lambda s, x, g: F.grid_sample(x, g, "bilinear", "zeros", False)),
+                   (_r(2, 3, 4, 5, 6).index_put_((torch.tensor([0]), torch.tensor([1]), torch.tensor([0]),
+                                                  torch.tensor([0]), torch.tensor([0])), torch.tensor(float("-inf"))),
+                    torch.rand(2, 3, 4, 5, 3, generator=_g(2)) * 3 - 1.5), {"F.grid_sample"}),
     # volumes (VoxelMorph's spatial transformer): trilinear / nearest reads of a 5-D input
     **{f"grid3d_{mode}_{pad}_{int(align)}": (
         Fn(lambda s, x, g, mode=mode, pad=pad, align=align: F.grid_sample(x, g, mode, pad, align)),

@@ -624,7 +624,7 @@ class GridSample(Layer):
         ho, wo = grid.shape[1], grid.shape[2]
         grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
         gx, gy = xp.reshape(grid[..., 0], (n, ho * wo)), xp.reshape(grid[..., 1], (n, ho * wo))
-        flat = xp.reshape(x, (n, c, h * w))
+        flat = self._with_zero(xp.reshape(x, (n, c, h * w)))
         taps: list[tuple[Any, Any]] = []  # (flat index (N, L) int64, weight (N, L), 0 outside)
 
         def tap(yy: Any, xx: Any, weight: Any = None) -> None:
@@ -653,21 +653,35 @@ class GridSample(Layer):
             tap(y0 + 1, x0 + 1, fy * fx)
         return xp.reshape(self._gather(flat, taps), (n, c, ho, wo))
 
+    def _with_zero(self, flat: Any) -> Any:
+        """The (N, C, M) flat map with a zero appended to each row: reads outside the map take
+        it, so an inf or NaN in the map never meets their weight 0 (torch adds nothing for them;
+        reading the first pixel, as this did, gave NaN wherever that pixel was not finite)."""
+        xp = self.xp
+        zero = xp.zeros((flat.shape[0], flat.shape[1], 1), dtype=flat.dtype, device=self.device)
+        return xp.concat([flat, zero], axis=2)
+
     def _tap(self, coords: tuple, sizes: tuple, weight: Any) -> tuple[Any, Any]:
         """One read at integer positions ``coords`` (float arrays (N, L), outermost axis first,
         in a map of ``sizes``): the flat (N, L) int64 index and the weight, 0 outside the map
-        (where the index is 0); NaN coordinates are outside."""
+        (where the index is that of the zero :meth:`_with_zero` appends); NaN coordinates are
+        outside."""
         xp = self.xp
         ok = None
         for c, n in zip(coords, sizes):
             inside = (c >= 0) & (c <= n - 1)  # (False for NaN)
             ok = inside if ok is None else ok & inside
         pos = None
+        dt = coords[0].dtype
+        zero = xp.zeros((), dtype=dt, device=self.device)
         for c, n in zip(coords, sizes):
-            c = xp.clip(c, 0, n - 1)
-            pos = c if pos is None else pos * n + c
-        idx = xp.astype(xp.where(ok, pos, xp.zeros((), dtype=pos.dtype, device=self.device)), xp.int64)
-        wt = xp.astype(ok, pos.dtype)
+            # (integers before they are combined: float32 positions lose the last pixel's index
+            # of maps over 2**24 elements, a 256**3 volume)
+            ci = xp.astype(xp.where(ok, xp.clip(c, 0, n - 1), zero), xp.int64)
+            pos = ci if pos is None else pos * n + ci
+        outside = xp.asarray(math.prod(sizes), dtype=xp.int64, device=self.device)
+        idx = xp.where(ok, pos, outside)
+        wt = xp.astype(ok, dt)
         return idx, wt if weight is None else wt * weight  # (0 * NaN: NaN, as torch)
 
     def _gather(self, flat: Any, taps: list[tuple[Any, Any]]) -> Any:
@@ -693,7 +707,7 @@ class GridSample(Layer):
         do, ho, wo = grid.shape[1], grid.shape[2], grid.shape[3]
         grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
         g = [xp.reshape(grid[..., k], (n, do * ho * wo)) for k in range(3)]  # x, y, z
-        flat = xp.reshape(x, (n, c, d * h * w))
+        flat = self._with_zero(xp.reshape(x, (n, c, d * h * w)))
         taps: list[tuple[Any, Any]] = []
 
         def tap(zz: Any, yy: Any, xx: Any, weight: Any = None) -> None:
