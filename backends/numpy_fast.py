@@ -1580,6 +1580,13 @@ def _gemm_blocks(kh, kw, stride, dilation, cg) -> list[_GemmBlock]:
     return blocks
 
 
+def _all_finite(y: np.ndarray) -> bool:
+    """Whether every element of the float array ``y`` is finite, by one sum (no temporary the
+    size of ``y``; a sum that overflows only sends a finite result to the slower exact path)."""
+    with _silent():
+        return bool(np.isfinite(y.sum()))
+
+
 class Conv2dPlan:
     """A convolution with its weights packed for one algorithm; ``plan(x)`` runs it on an NCHW
     array (zero padding ``pads`` applied here) and returns a fresh C-contiguous array, or for a
@@ -1801,7 +1808,7 @@ class Conv2dPlan:
         o, k = self.o, _threads_now()
         step = max(1, min(ln, CONV1X1_BLOCK_BYTES // max(1, o * self.dtype.itemsize)))
         split = n * ln * c * o >= CONV1X1_SPLIT_MIN_MACS or n * ln * o >= PARALLEL_MIN_ELEMENTS
-        if split and n * -(-ln // step) < k:
+        if split and 0 < n and n * -(-ln // step) < k:
             step = max(min(ln, 16), -(-ln // -(-k // n)))
         nblk = -(-ln // step)
 
@@ -2182,10 +2189,17 @@ class Conv2dPlan:
         n, c = x.shape[:2]
         if _numba is not None and self.dtype in (np.float32, np.float64):
             return self._run_depthwise_numba(x, ho, wo, activation)
+        # the dense and band paths multiply whole rows by matrices holding zeros: an inf or NaN
+        # in the input would reach outputs that do not read it (0 * inf), so a result that is
+        # not all finite is made again by the taps below (torch's NaN and inf where torch has them)
         if self._dense_ok(n, x.shape[2], x.shape[3], ho, wo):
-            return self._run_depthwise_dense(x, ho, wo, activation)
-        if self._banded(ho, wo):
-            return self._run_depthwise_band(x, ho, wo, activation)
+            y = self._run_depthwise_dense(x, ho, wo, activation)
+            if _all_finite(y):
+                return y
+        elif self._banded(ho, wo):
+            y = self._run_depthwise_band(x, ho, wo, activation)
+            if _all_finite(y):
+                return y
         if (self.mult == 1 and self.stride == (1, 1) and self.dilation == (1, 1)
                 and self.dtype in (np.float32, np.float64)
                 and (self.kh * self.kw >= DEPTHWISE_EINSUM_MIN_TAPS
@@ -2569,9 +2583,13 @@ class Conv2dPlan:
         wino = self.wino
         if wino is None:  # a concurrent first call at worst transforms twice
             wino = self.wino = _Winograd(self._weight, self.bias, self.tile)
-        if d == 1:
-            return wino(x, self.pads, ho, wo)
-        return self._run_winograd_phases(wino, x, d, hd, wd)
+        y = wino(x, self.pads, ho, wo) if d == 1 else self._run_winograd_phases(wino, x, d, hd, wd)
+        if _all_finite(y):
+            return y
+        # the transforms mix each tile (an inf or NaN reaches every output of its tile, and
+        # inputs over ~1e36 overflow F(4x4, 3x3)'s): a result that is not all finite is made
+        # again as a GEMM, whose inf and NaN are torch's
+        return self._run_gemm(x, ho, wo)
 
     def _run_winograd_phases(self, wino, x, d, hd, wd):
         """A 3x3 convolution of dilation d and padding d as an undilated one with padding 1 over
@@ -3110,7 +3128,7 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
             views.append(sc)
         if mask is None and drop is None and scale != 1.0:  # (1: the scale was applied to q already, timm's way)
             sc_all *= scale
-        tot = _exp_rows(sc_all, sc_all, ones)  # normalised after the product: (L, Dv), not (L, S)
+        tot = _exp_rows(sc_all, sc_all, ones, ATTENTION_NO_SHIFT)  # normalised after the product: (L, Dv)
         r = 0
         for (it, h0, h1, r0, r1), sc in zip(gu, views):
             o = out[it][h0:h1, r0:r1]
@@ -3140,7 +3158,7 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
                     if drop is not None:
                         np.copyto(sc, fill, where=drop[i0:i1])
                     scores = _view(sc, (m * H * L, S))
-                    tot = _exp_rows(scores, scores, ones)
+                    tot = _exp_rows(scores, scores, ones, ATTENTION_NO_SHIFT)
                     o = out[i0:i1]
                     np.matmul(sc, v[i0:i1], out=o)
                     o /= _view(tot, (m, H, L, 1))
@@ -3165,10 +3183,15 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
 
 #: :func:`attention` works on blocks of heads whose scores take about this many bytes
 ATTENTION_BLOCK_BYTES = 1 << 20
-#: :func:`attention` skips the per-row max shift when every score lies within +-this: exp stays
-#: under 5.6e34 (rows of up to 6e3 keys cannot overflow the sum) and over 1.8e-35 (no row
-#: underflows whole)
+#: a softmax skips the per-row max shift when every value lies within +-this: exp stays under
+#: 5.6e34 and over 1.8e-35 (no row underflows whole); the row sums are checked against overflow
+#: too (rows of more than ~6e3 values at 80 would reach float32's max)
 SOFTMAX_NO_SHIFT = 80.0
+#: :func:`attention`'s range for that, ``(lo, hi)``: its unnormalised weights multiply ``v``
+#: before the division, so they must neither overflow that product (at 80, |v| ~ 6e3 made inf)
+#: nor underflow it (weights of 1e-35 times a v of 1e-30 gave 0): within (e^-30, e^20) that
+#: takes a |v| over ~1e29 / keys or under ~1e-25
+ATTENTION_NO_SHIFT = (-30.0, 20.0)
 #: a softmax of at most this many rows (and TINY_ELEMENTS elements) is plain numpy
 SOFTMAX_PLAIN_MAX_ROWS = 16
 #: shifted softmax inputs below this give float32 exponentials under the smallest normal
@@ -3658,6 +3681,10 @@ def softmax_last(x: np.ndarray) -> np.ndarray | None:
     return y
 
 
+_LOG_MAX = {np.dtype(np.float32): math.log(float(np.finfo(np.float32).max)),
+            np.dtype(np.float64): math.log(float(np.finfo(np.float64).max))}
+
+
 def _softmax_rows(src: np.ndarray, dst: np.ndarray, ones: np.ndarray) -> None:
     """Softmax along the rows of the 2-D block ``src`` into ``dst`` (may be ``src``); ``ones``
     is an (n, 1) column of ones. The shift by each row's max only guards exp against overflow
@@ -3668,13 +3695,15 @@ def _softmax_rows(src: np.ndarray, dst: np.ndarray, ones: np.ndarray) -> None:
     dst /= _exp_rows(src, dst, ones)
 
 
-def _exp_rows(src: np.ndarray, dst: np.ndarray, ones: np.ndarray) -> np.ndarray:
+def _exp_rows(src: np.ndarray, dst: np.ndarray, ones: np.ndarray,
+              no_shift: tuple[float, float] = (-SOFTMAX_NO_SHIFT, SOFTMAX_NO_SHIFT)) -> np.ndarray:
     """:func:`_softmax_rows` without the division: ``dst`` holds each row's exponentials (shifted
-    by the row max where needed, as described there) and the ``(rows, 1)`` row sums are returned
-    (a per-thread workspace), for the caller to divide a smaller product by (attention: the
-    (L, Dv) output instead of the (L, S) scores)."""
+    by the row max unless every value lies within ``no_shift`` and the row sums cannot overflow)
+    and the ``(rows, 1)`` row sums are returned (a per-thread workspace), for the caller to
+    divide a smaller product by (attention: the (L, Dv) output instead of the (L, S) scores)."""
     hi, lo = src.max(), src.min()
-    if -SOFTMAX_NO_SHIFT < lo and hi < SOFTMAX_NO_SHIFT:  # NaN and -inf fail this
+    top = min(no_shift[1], _LOG_MAX[dst.dtype] - math.log(max(1, src.shape[-1])) - 1.0)
+    if no_shift[0] < lo and hi < top:  # NaN and -inf fail this
         np.exp(src, out=dst)
     else:
         np.subtract(src, np.max(src, axis=-1, keepdims=True), out=dst)

@@ -19,6 +19,8 @@ from test_layers_misc import (
 )
 from torch import nn
 
+import kuiper_xp
+
 rng = np.random.default_rng(3)
 
 
@@ -991,3 +993,44 @@ def test_replaced_scores_with_a_fill_of_higher_rank(model_backend, tmp_path):
                       torch.randn(b, 1, 5, 5))
     param = export_module(m, make(1), tmp_path, inputs2=make(3))
     compare_graph(param, model_backend, m, make(3), rtol=1e-5)
+
+
+class LonePaddingMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.m = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, q, k, pad):
+        return self.m(q, k, k, key_padding_mask=pad > 0.5, need_weights=False)[0]
+
+
+def _lone_mask_inputs(n, length, s=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pad = torch.zeros(n, s)
+    pad[:, 2:] = 1.0
+    pad[0, 1] = 1.0
+    return torch.randn(n, length, 8, generator=g), torch.randn(n, s, 8, generator=g), pad
+
+
+def test_mha_lone_key_padding_mask_read_by_declared_shapes(tmp_path):
+    """A lone (N, S) key_padding_mask when the batch equals the query length at run time: the
+    file's declared shapes (a dynamic batch, exported at N != L) say which mask it is."""
+    module = LonePaddingMask().eval()
+    param = export_module(module, _lone_mask_inputs(3, 2), tmp_path, inputs2=_lone_mask_inputs(4, 2, seed=1))
+    g = kuiper_xp.load(param, backend="numpy")
+    q, k, pad = _lone_mask_inputs(2, 2, seed=2)  # N == L == 2
+    with torch.no_grad():
+        want = module(q, k, pad).numpy()
+    assert_close(g(q.numpy(), k.numpy(), pad.numpy())[0], want, rtol=1e-5)
+
+
+def test_mha_lone_ambiguous_mask_warns(tmp_path):
+    """Exported with N == L and a static batch: nothing tells the two masks apart; the layer
+    takes attn_mask, as documented, and says so once."""
+    module = LonePaddingMask().eval()
+    inputs = _lone_mask_inputs(2, 2)
+    param = export_module(module, inputs, tmp_path)
+    g = kuiper_xp.load(param, backend="numpy")
+    with pytest.warns(UserWarning, match="may be a key_padding_mask"):
+        g(*[a.numpy() for a in inputs])

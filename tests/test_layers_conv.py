@@ -1348,3 +1348,52 @@ def test_packed_plans_hold_the_only_copy_of_the_weight(tmp_path):
         assert_close(g(x.numpy())[0], m(x).numpy(), rtol=1e-5, what="1x1 + depthwise + 3x3")
     with pytest.raises(ShapeError, match=r"input has 7 channels .* weight \(16, 8, 1, 1\)"):
         convs[0](np.zeros((1, 7, 9, 9), np.float32))
+
+
+@pytest.mark.parametrize("case", [
+    # (n, c, h, w, k, dilation, where, value): paths that multiply by matrices or transforms
+    (1, 6, 4, 4, 3, 1, (0, 0, 0, 0), np.inf),      # depthwise, dense matrix (small map)
+    (4, 6, 7, 7, 3, 1, (0, 0, 0, 0), np.nan),      # depthwise, dense matrix (7x7 at batch 4)
+    (1, 6, 20, 20, 5, 1, (0, 0, 10, 3), np.inf),   # depthwise 5x5, Toeplitz bands
+    (1, 64, 28, 28, 3, 1, (0, 0, 5, 5), np.inf),   # Winograd F(4x4, 3x3)
+    (1, 64, 28, 28, 3, 2, (0, 0, 5, 5), np.nan),   # Winograd on the dilated polyphase split
+])
+def test_numpy_fast_conv_non_finite_input_stays_where_torch_has_it(case):
+    """One inf or NaN pixel: torch's convolution spreads it to the outputs that read it; the
+    dense/band depthwise products and the Winograd transforms must not spread it further."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    n, c, h, w, k, d, where, value = case
+    depthwise = c == 6
+    x = rnd(n, c, h, w)
+    x[where] = value
+    wt = rnd(c, 1 if depthwise else c, k, k, seed=1)
+    b = rnd(c, seed=2)
+    p = d * (k // 2)
+    expected = F.conv2d(t(x), t(wt), t(b), 1, p, d, c if depthwise else 1).numpy()
+    assert 0 < (~np.isfinite(expected)).sum() < expected.size // 2
+    plan = nf.conv2d_plan(wt, b, stride=(1, 1), dilation=(d, d), groups=c if depthwise else 1,
+                          pads=((p, p), (p, p)), input_hw=(h, w), algo=None if depthwise else "winograd")
+    assert plan.algo == ("depthwise" if depthwise else "winograd")
+    for threads in (1, 2):
+        old = nf.set_num_threads(threads)
+        try:
+            with nf.compute_scope():
+                got = plan(x)
+        finally:
+            nf.set_num_threads(old)
+        assert_close(got, expected, rtol=1e-4, what=f"{plan.algo}, {threads} thread(s)")
+
+
+def test_numpy_fast_winograd_of_huge_values_does_not_overflow():
+    """|x| ~ 1e37: F(4x4, 3x3)'s input transform overflows float32 where the convolution
+    itself does not (torch: outputs ~3e32)."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    x = rnd(1, 64, 28, 28) * np.float32(1e37)
+    wt = rnd(64, 64, 3, 3, seed=1) * np.float32(1e-6)
+    expected = F.conv2d(t(x), t(wt), None, 1, 1).numpy()
+    assert np.isfinite(expected).all()
+    plan = nf.conv2d_plan(wt, None, pads=((1, 1), (1, 1)), input_hw=(28, 28))
+    assert plan.algo == "winograd"
+    assert_close(plan(x), expected, rtol=1e-4)

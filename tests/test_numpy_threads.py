@@ -410,3 +410,36 @@ def test_env_thread_count_is_checked(monkeypatch, value, expected, warning):
     assert got == (cpus if expected == "cpus" else expected)
     texts = [str(w.message) for w in seen]
     assert (warning is None and not texts) or any(warning in t for t in texts), texts
+
+
+@pytest.mark.parametrize("score, v_scale", [(79.0, 1e5), (-79.0, 1e-30), (19.0, 1.0), (-29.0, 1.0)])
+def test_fast_attention_unnormalised_weights_neither_overflow_nor_underflow(threads3, score, v_scale):
+    """Scores just inside the softmax's no-shift range: attention multiplies v by the weights
+    before dividing by their sums, so at +-79 they must be shifted (inf or 0 there before)."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    q = np.ones((1, 2, 4, 1), np.float32)
+    k = np.full((1, 2, 16, 1), score, np.float32)
+    k[0, :, ::3] -= 0.5
+    v = (rng.standard_normal((1, 2, 16, 8)) * v_scale).astype(np.float32)
+    with nf.compute_scope():
+        got = nf.attention(q, k, v, 1.0)
+    want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), scale=1.0).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(want).max()))
+
+
+def test_fast_softmax_long_rows_near_the_no_shift_bound(threads3):
+    """7000 values of 79.9 per row: exp(79.9) alone fits float32, their sum does not."""
+    import torch
+
+    x = np.full((17, 7000), 79.9, np.float32)
+    x[:, ::7] = 79.0
+    q, k = np.ones((1, 1, 1, 1), np.float32), np.full((1, 1, 8192, 1), 79.9, np.float32)
+    v = np.random.default_rng(1).standard_normal((1, 1, 8192, 2)).astype(np.float32)
+    with nf.compute_scope():
+        got = nf.softmax_last(x)
+        att = nf.attention(q, k, v, 1.0)
+    np.testing.assert_allclose(got, torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-5)
+    want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), scale=1.0).numpy()
+    np.testing.assert_allclose(att, want, rtol=1e-4, atol=1e-6)

@@ -22,7 +22,9 @@ pnnx spellings (torch 2.13 exports):
   embed_dim); float inputs after the query are data while they look like data (same rank,
   same batch size, feature size kdim/vdim), masks after that; a mask of shape (N, S) is a
   key_padding_mask, (L, S) or (N*num_heads, L, S) an attn_mask; when N == L makes a 2-D mask
-  ambiguous, pnnx's order decides (and a lone ambiguous mask is taken as attn_mask).
+  ambiguous, pnnx's order decides; a lone ambiguous mask is read by the shapes the file declares
+  (an export whose batch differs from the query length, or whose batch is dynamic, tells them
+  apart), else taken as attn_mask with a warning (pnnx writes both the same way).
   Not recoverable from the file: a call with key == query but value different (pnnx keeps two
   data inputs, read here as query and key=value), and ``is_causal=True`` (pnnx drops it).
 * ``F.scaled_dot_product_attention ... attn_mask=None dropout_p=0.0 is_causal=True $query=7
@@ -45,6 +47,7 @@ A row whose keys are all masked gives NaN, as torch's MultiheadAttention does.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -115,6 +118,8 @@ class MultiheadAttention(Layer):
         self.n_outputs = n_outputs
         self.weights_rank = weights_rank
         self._attention = getattr(ctx.fast, "attention", None)
+        self.lone_mask: str | None = None  # a lone 2-D mask's role by the declared shapes
+        self._warned_ambiguous = False
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -168,9 +173,11 @@ class MultiheadAttention(Layer):
         weights_rank = None
         if len(op.outputs) == 2 and op.outputs[1].shape is not None:
             weights_rank = len(op.outputs[1].shape)
-        return cls(ctx, where=op.where, embed_dim=E, num_heads=H, kdim=kdim, vdim=vdim,
-                   batch_first=op.param("batch_first", bool, default=False), w=w,
-                   n_outputs=len(op.outputs), weights_rank=weights_rank)
+        batch_first = op.param("batch_first", bool, default=False)
+        layer = cls(ctx, where=op.where, embed_dim=E, num_heads=H, kdim=kdim, vdim=vdim,
+                    batch_first=batch_first, w=w, n_outputs=len(op.outputs), weights_rank=weights_rank)
+        layer.lone_mask = _lone_mask_role(op, E, batch_first)
+        return layer
 
     # -- input recognition ---------------------------------------------------------------
 
@@ -244,8 +251,20 @@ class MultiheadAttention(Layer):
             if r is None:
                 if len(masks) == 2 and len(decided) == 1:
                     r = "attn" if decided[0] == "kpm" else "kpm"
+                elif len(masks) == 1 and self.lone_mask is not None:
+                    r = self.lone_mask
                 else:
-                    r = by_order or "attn"
+                    r = by_order
+                    if r is None:
+                        r = "attn"
+                        if not self._warned_ambiguous:
+                            self._warned_ambiguous = True
+                            warnings.warn(
+                                f"{self.where}: the lone mask of shape {tuple(m.shape)} may be a key_padding_mask "
+                                f"(N, S) or an attn_mask (L, S) (batch == query length, and pnnx writes both "
+                                "the same way): taken as attn_mask. Export with a dynamic batch (pnnx's "
+                                "inputs2=) or a batch other than the query length to have it read right.",
+                                stacklevel=2)
             if r == "attn":
                 if attn is not None:
                     raise ShapeError(f"{self.where}: two attn_mask-shaped inputs")
@@ -343,6 +362,26 @@ class MultiheadAttention(Layer):
         if not batched:
             weights = weights[0, ...]
         return out, weights
+
+
+def _lone_mask_role(op: Any, E: int, batch_first: bool) -> str | None:
+    """For a MultiheadAttention with one 2-D mask input: ``"kpm"`` or ``"attn"`` when the shapes
+    the file declares tell them apart (the mask's first dimension is the batch's and not the
+    query length's, or the other way round; ``?`` for a dynamic one), else None."""
+    shapes = [o.shape for o in op.inputs]
+    queries = [sh for sh in shapes if sh is not None and len(sh) == 3 and sh[-1] == E]
+    masks = [sh for sh in shapes if sh is not None and len(sh) == 2]
+    if len(masks) != 1 or not queries or len(masks) + sum(1 for sh in shapes if sh is not None and len(sh) == 3) \
+            != len(shapes):
+        return None
+    q = queries[0]
+    n, length = (q[0], q[1]) if batch_first else (q[1], q[0])
+    a = masks[0][0]
+    if a == n and a != length:
+        return "kpm"
+    if a == length and a != n:
+        return "attn"
+    return None
 
 
 @register("F.scaled_dot_product_attention")
