@@ -1609,6 +1609,12 @@ class Conv2dPlan:
             algo = auto_algo
         if algo == "winograd":
             tile = tile or auto_tile or 4
+        if algo not in self.ALGORITHMS:
+            raise ValueError(f"unknown convolution algorithm {algo!r} (one of {sorted(self.ALGORITHMS)})")
+        if algo == "1x1" and ((self.kh, self.kw) != (1, 1) or self.groups != 1 or any(a or b for a, b in self.pads)):
+            raise ValueError("the 1x1 algorithm needs a 1x1 kernel, one group and no padding")
+        if algo == "depthwise" and self.cg != 1:
+            raise ValueError("the depthwise algorithm needs one input channel per group")
         self.algo, self.tile = algo, tile
         k = self.cg * self.kh * self.kw
         if algo == "1x1":
@@ -1696,11 +1702,17 @@ class Conv2dPlan:
 
     #: algorithms that apply the fused activation themselves
     _FUSES = frozenset({"depthwise", "gemm", "1x1"})
+    #: the algorithms a plan can be made for (``algo=``; None picks one)
+    ALGORITHMS = frozenset({"1x1", "patch", "depthwise", "shift", "taps", "gemm", "winograd"})
 
     def _conv(self, x: np.ndarray, activation: Any = None) -> np.ndarray:
         x = np.asarray(x)
         if x.dtype != self.dtype:
             x = x.astype(self.dtype)
+        if x.ndim != 4 or x.shape[1] != self.in_channels:
+            from kuiper_xp.errors import ShapeError
+
+            raise ShapeError(f"convolution input of shape {x.shape}: expected (N, {self.in_channels}, H, W)")
         n, c, h, w = x.shape
         ho, wo = self.out_size(h, w)
         if ho <= 0 or wo <= 0:

@@ -1397,3 +1397,20 @@ def test_numpy_fast_winograd_of_huge_values_does_not_overflow():
     plan = nf.conv2d_plan(wt, None, pads=((1, 1), (1, 1)), input_hw=(28, 28))
     assert plan.algo == "winograd"
     assert_close(plan(x), expected, rtol=1e-4)
+
+
+def test_numpy_fast_conv_plan_refuses_what_it_cannot_run():
+    """The plan API (benchmarks, tests, users forcing an algorithm) says what does not fit
+    instead of failing inside numpy or reading only some of the channels."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    w3 = rnd(4, 3, 3, 3)
+    with pytest.raises(ValueError, match="unknown convolution algorithm 'fft'"):
+        nf.conv2d_plan(w3, None, algo="fft")
+    with pytest.raises(ValueError, match="1x1 algorithm needs a 1x1 kernel"):
+        nf.conv2d_plan(w3, None, algo="1x1")
+    with pytest.raises(ValueError, match="one input channel per group"):
+        nf.conv2d_plan(rnd(4, 2, 3, 3), None, groups=2, algo="depthwise")
+    plan = nf.conv2d_plan(w3, None, pads=((1, 1), (1, 1)))
+    with pytest.raises(ShapeError, match=r"expected \(N, 3, H, W\)"):
+        plan(rnd(2, 4, 6, 6))
