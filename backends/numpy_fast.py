@@ -4004,7 +4004,16 @@ def _erf_f32(x: np.ndarray) -> np.ndarray:
         p += np.float32(c)
     p *= z
     np.tanh(p, out=p)
+    # float32's tanh stops at 1 - 2**-24 here: where erf rounds to +-1 (from 3.8325069, as
+    # torch's float32 erf gives it) it is set (floor(erf(x)) is 1 there, 1 - erf(x) is 0)
+    big = np.abs(z) >= _ERF_ONE_F32
+    if big.any():
+        np.copyto(p, np.sign(z), where=big)
     return p
+
+
+#: the least float32 whose erf rounds to 1
+_ERF_ONE_F32 = np.float32(3.8325069)
 
 
 def expr_erf(x):
@@ -4080,7 +4089,7 @@ def expr_fmod(a, b):
 
 def expr_sign(x):
     """torch.sign of a float numpy array: like np.sign, but NaN gives 0."""
-    r = np.sign(x)
+    r = np.asarray(np.sign(x))  # (a 0-d input gives a numpy scalar, which copyto refuses)
     np.copyto(r, 0, where=np.isnan(x))
     return r
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import assert_close
 
+import kuiper_xp
 from kuiper_xp.errors import ExpressionError
 from kuiper_xp.expression import (
     BINARY,
@@ -680,3 +681,34 @@ def test_pnnx_malformed_log1p_expm1_are_read_as_meant(tmp_path):
     assert _repair_prefix("log1p,@0,@1") is None  # tokens left over: not a reading
     with pytest.raises(ExpressionError, match="expected '\\(' after 'log1p'"):
         Program("log1p,@0,@1", np, n_inputs=2)
+
+
+def test_sign_of_a_0d_operand(backend):
+    """``torch.sign(x.sum()) * x``: the fast sign of a 0-d float array (numpy gives a scalar)."""
+    x = np.array([[1.5, -4.0], [0.5, 1.0]], dtype=np.float32)
+    s = np.asarray(x.sum())
+    assert_close(_run(backend, "mul(sign(@0),@1)", [s, x]), (torch.sign(_torch(s)) * _torch(x)).numpy())
+
+
+def test_float32_erf_reaches_one_where_torch_does(backend):
+    """erf rounds to +-1 in float32 from 3.8325069 on: floor(erf(x)) is 1 and 1 - erf(x) 0 there."""
+    x = np.array([3.8325069, 3.9, 4.0, 10.0, np.inf, -4.5, 3.83250642, 0.5], dtype=np.float32)
+    for text, fn in (("erf(@0)", torch.erf), ("floor(erf(@0))", lambda t: torch.floor(torch.erf(t))),
+                     ("sub(1,erf(@0))", lambda t: 1 - torch.erf(t))):
+        assert_close(_run(backend, text, [x]), fn(_torch(x)).numpy(), rtol=1e-7, atol=1e-7, what=text)
+    np.testing.assert_array_equal(kuiper_xp.to_numpy(_run(backend, "floor(erf(@0))", [x])),
+                                  torch.floor(torch.erf(_torch(x))).numpy())
+
+
+def test_scalar_logaddexp_of_equal_infinities():
+    """Both operands Python numbers (constant-folded): inf - inf must not make NaN."""
+    from kuiper_xp.expression.functions import _scalar_logaddexp
+
+    assert _scalar_logaddexp(math.inf, math.inf) == float(torch.logaddexp(torch.tensor(math.inf),
+                                                                            torch.tensor(math.inf)))
+    assert _scalar_logaddexp(-math.inf, -math.inf) == -math.inf
+
+
+def test_input_index_of_thousands_of_digits_is_an_expression_error():
+    with pytest.raises(ExpressionError, match="out of range"):
+        parse("add(@" + "9" * 5000 + ",1)")

@@ -273,3 +273,20 @@ def test_missing_inputs_are_refused_at_build(backend):
         make_layer(backend, "aten::hypot h 1 1 0 1")
     with pytest.raises(LayerParameterError, match=r"should be a number"):
         make_layer(backend, "torch.bitwise_left_shift s 1 1 0 1 other=abc $input=0")
+
+
+class _BoolArithmetic(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.clamp(a > 0, min=0) * 3, torch.div(a > 0, b, rounding_mode="floor"), \
+            torch.clamp(a < 0, max=1) + b
+
+
+def test_bool_tensors_in_integer_arithmetic(model_backend, tmp_path):
+    """A bool tensor clamped with an integer bound is int64 in torch; floor division of a bool
+    tensor by an integer one (pnnx writes a plain div) is integer floor division."""
+    from test_layers_misc import compare_graph, export_module
+
+    a = torch.randn(2, 3)
+    b = torch.tensor([[-2, 3, 1], [1, -1, 2]])
+    param = export_module(_BoolArithmetic(), (a, b), tmp_path)
+    compare_graph(param, model_backend, _BoolArithmetic(), (a, b))

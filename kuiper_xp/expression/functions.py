@@ -114,8 +114,9 @@ def erf_generic(x: Any, xp: Any) -> Any:
         yl = xp.clip(y, 4.0, 30.0)  # erfc(27.3) underflows to 0 in float64
         erfc = xp.where(big4, _erfc_large(yl, xp), erfc)
     else:
-        # in float32, erfc(4) = 1.5e-8 < eps/2: erf is exactly +-1 beyond 4
-        erfc = xp.where(big4, xp.zeros_like(erfc), erfc)
+        # in float32 erf rounds to +-1 from 3.8325069 on (erfc < 2**-25; torch's float32 erf
+        # gives +-1 from there): exactly +-1 beyond it
+        erfc = xp.where(y >= 3.8325069, xp.zeros_like(erfc), erfc)
     big = (0.5 - erfc) + 0.5
     big = xp.where(x < 0, -big, big)
     out = xp.where(y <= THRESH, small, big)
@@ -292,8 +293,8 @@ def _int_fmod(a: int, b: int) -> int:
 
 def _scalar_logaddexp(a: float, b: float) -> float:
     a, b = float(a), float(b)
-    if a == b == -math.inf:
-        return -math.inf
+    if a == b and math.isinf(a):  # (inf - inf is NaN below; torch gives the infinity)
+        return a
     m = max(a, b)
     return m + math.log1p(math.exp(-abs(a - b)))
 

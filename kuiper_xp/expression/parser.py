@@ -165,6 +165,8 @@ def _parse(expr: str | list[Token], text: str | None = None) -> Node:
         tok = tokens[i]
         k = tok.kind
         if k is TokenKind.INPUT:
+            if len(tok.text) > 20:  # (int() of thousands of digits is refused by Python itself)
+                raise err(f"input index {tok.text[:12]}... is out of range", i)
             node = Node("input", int(tok.text[1:]), [], tok.start, tok.end)
             i += 1
         elif k in _LITERALS:

@@ -175,7 +175,8 @@ class Sigmoid(_Unary):
 class Clamp(_Unary):
     """min(max(x, lo), hi); either bound may be None (torch.clamp), or come as an input tensor
     (``$min`` / ``$max``). Hardtanh reads ``min_val``/``max_val``; ReLU6 is clamp(0, 6).
-    NaN stays NaN. An integer tensor clamped with a float bound becomes float (torch promotes)."""
+    NaN stays NaN. An integer tensor clamped with a float bound becomes float, a bool one with an
+    integer bound int64 (torch promotes)."""
 
     def __init__(self, ctx: BuildContext, lo: Any, hi: Any, min_slot: int | None = None,
                  max_slot: int | None = None, out_dtype: str | None = None):
@@ -212,6 +213,13 @@ class Clamp(_Unary):
         if not xp.isdtype(x.dtype, "real floating") and (self.promote or (
                 self.out_dtype is not None and self.out_dtype.startswith("float"))):
             x = xp.astype(x, getattr(xp, self.out_dtype or "float32"))
+        elif x.dtype == xp.bool and self.out_dtype != "bool" and (
+                any(type(b) is int for b in (self.lo, self.hi)) or (
+                self.out_dtype is not None and self.out_dtype.startswith(("int", "uint")))):
+            # a bool tensor clamped with an integer bound: torch's result is int64
+            dt = self.out_dtype if self.out_dtype is not None and self.out_dtype.startswith(("int", "uint")) \
+                else "int64"
+            x = xp.astype(x, getattr(xp, dt))
         if self.crossed:
             return xp.where(x != x, x, self._const(self.hi, x))  # NaN stays NaN
         lo, hi = self.lo, self.hi

@@ -85,7 +85,8 @@ def integer_floor_division(op: Any, text: str) -> str:
         return text
     read = {int(k) for k in _VALUE_OPERAND.findall(text)}
     dtypes = [op.inputs[k].array_dtype for k in sorted(read) if k < len(op.inputs)]
-    if dtypes and all(d in _INTEGER_DTYPES for d in (*dtypes, op.outputs[0].array_dtype)):
+    if (dtypes and op.outputs[0].array_dtype in _INTEGER_DTYPES
+            and all(d in _INTEGER_DTYPES or d == "bool" for d in dtypes)):  # ((x > 0) // n: bool)
         return _DIV_CALL.sub("floor_divide(", text)
     return text
 
