@@ -18,8 +18,10 @@ max_weight_bytes           4 GiB        one weight (``@``) / ``pnnx.Attribute``
 max_total_weight_bytes     16 GiB       all weights of one model
 max_bin_members            2,000,000    members of the ``.pnnx.bin`` zip archive
 max_expression_chars       1,000,000    characters of one ``pnnx.Expression``
-max_expression_depth       200          nesting depth of one ``pnnx.Expression``
 =========================  ===========  ===============================================
+
+The nesting depth of an expression needs no limit of its own: the parser and the evaluator
+walk it with explicit stacks, so it is bounded by ``max_expression_chars``.
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ class Limits:
     max_weight_bytes: int = 4 * 2**30  # one weight / attribute
     max_total_weight_bytes: int = 16 * 2**30  # all weights of a model
     max_expression_chars: int = 1_000_000
-    max_expression_depth: int = 200  # nesting of calls in one pnnx.Expression
     max_bin_members: int = 2_000_000
 
 
