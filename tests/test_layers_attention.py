@@ -1034,3 +1034,33 @@ def test_mha_lone_ambiguous_mask_warns(tmp_path):
     g = kuiper_xp.load(param, backend="numpy")
     with pytest.warns(UserWarning, match="may be a key_padding_mask"):
         g(*[a.numpy() for a in inputs])
+
+
+class _NegativePaddingIdx(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(10, 4, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x):
+        return F.embedding(x, self.w, padding_idx=-1) * 2
+
+
+def test_aten_embedding_of_a_negative_padding_idx(model_backend, tmp_path):
+    """F.embedding(padding_idx=-1) is left as aten::embedding(weight, indices, ...)."""
+    x = torch.randint(0, 10, (2, 3), generator=torch.Generator().manual_seed(1))
+    param = export_module(_NegativePaddingIdx(), (x,), tmp_path)
+    assert "aten::embedding" in param.read_text()
+    compare_graph(param, model_backend, _NegativePaddingIdx(), (x,))
+    from kuiper_xp.errors import ShapeError
+
+    g = kuiper_xp.load(param, backend=model_backend)
+    with pytest.raises(ShapeError, match="out of range"):
+        kuiper_xp.to_numpy(g(np.array([[1, 10, 2], [0, 0, 0]]))[0])
+
+
+def test_bare_recurrent_module_refusal_says_to_wrap_it(tmp_path):
+    from kuiper_xp.errors import UnsupportedOperatorError
+
+    param = export_module(nn.GRU(4, 5), (torch.randn(3, 2, 4),), tmp_path)
+    with pytest.raises(UnsupportedOperatorError, match="wrap it in a parent nn.Module"):
+        kuiper_xp.load(param, backend="numpy")

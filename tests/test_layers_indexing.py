@@ -350,6 +350,16 @@ def test_fold_rejects_a_wrong_block_count(backend):
         layer(backend.asarray(t2n(_r(2, 18, 10))))
 
 
+@pytest.mark.parametrize("out,blocks", [((1, 1), 1), ((2, 2), 0)])
+def test_fold_rejects_an_output_smaller_than_the_kernel(backend, out, blocks):
+    """No block fits: (-1) * (-1) or 0 * 0 blocks matched the input's count before (a numpy
+    reshape error, or zeros where torch refuses)."""
+    layer = make_layer(backend, "F.fold f 1 1 0 1 dilation=(1,1) kernel_size=(3,3) "
+                                f"output_size=({out[0]},{out[1]}) padding=(0,0) stride=(1,1) $input=0")
+    with pytest.raises(ShapeError, match="no sliding block fits"):
+        layer(backend.asarray(t2n(_r(2, 9, blocks))))
+
+
 @pytest.mark.parametrize("expr,needle", [
     ("[None,[1,2]", "bad index expression"),
     ("[None,[1.5,2]]", "unsupported index item"),

@@ -792,6 +792,19 @@ class Embedding(Layer):
         return xp.reshape(rows, tuple(idx.shape) + (weight.shape[1],))
 
 
+@register("aten::embedding")
+class AtenEmbedding(Embedding):
+    """``F.embedding`` as pnnx leaves it when ``padding_idx`` is negative: ``aten::embedding
+    (weight, indices, padding_idx, scale_grad_by_freq, sparse)``; the last three only matter for
+    training, so this is the row lookup of :class:`Embedding`."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) < 2:
+            raise LayerParameterError(f"{op.where}: expected inputs (weight, indices, ...), found {len(op.inputs)}")
+        return cls(ctx, None, {"weight": 0, "input": 1}, None, 2.0, op.where)
+
+
 @register("aten::_transformer_encoder_layer_fwd")
 class TransformerEncoderLayerFwd(Layer):
     """``nn.TransformerEncoderLayer`` as torch's fused inference path traces it (eval mode,

@@ -99,6 +99,9 @@ class Fold(_Windows):
         (kh, kw), (ph, pw) = self.kernel, self.padding
         h, w = self.output_size
         ho, wo = self._blocks(h, w)
+        if ho < 1 or wo < 1:
+            raise ShapeError(f"{self.where}: output size {(h, w)} with padding {self.padding} is smaller than "
+                             f"the kernel {self.kernel} at dilation {self.dilation}: no sliding block fits")
         if x.ndim != 3 or x.shape[1] % (kh * kw) or x.shape[2] != ho * wo:
             raise ShapeError(f"{self.where}: expected a (N, C*{kh * kw}, {ho * wo}) input for output size "
                              f"{(h, w)}, kernel {self.kernel}, found shape {tuple(x.shape)}")

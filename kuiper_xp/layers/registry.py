@@ -92,6 +92,11 @@ class LayerRegistry:
         supported types are listed."""
         types = list(types)
         hints = [f"  {t}: did you mean {', '.join(near)}?" for t in types if (near := self.near(t))]
+        bare = sorted({"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"} & set(types))
+        if bare:
+            hints.append(f"  {', '.join(bare)}: pnnx writes an nn.LSTM / nn.GRU / nn.RNN exported on its own "
+                         "(the top-level module) this way; wrap it in a parent nn.Module and export that (it "
+                         "then comes out as nn.LSTM / nn.GRU / nn.RNN, which kuiper-xp runs)")
         if {"prim::If", "prim::Loop"} & set(types):
             hints.append("  prim::If / prim::Loop: control flow of a torch.jit.script model; kuiper-xp runs "
                          "traced graphs: export the module itself with pnnx.export (it traces it; branches "
