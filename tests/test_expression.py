@@ -712,3 +712,10 @@ def test_scalar_logaddexp_of_equal_infinities():
 def test_input_index_of_thousands_of_digits_is_an_expression_error():
     with pytest.raises(ExpressionError, match="out of range"):
         parse("add(@" + "9" * 5000 + ",1)")
+
+
+def test_bool_tensor_to_a_bool_power_is_bool(backend):
+    b = np.array([True, False, True])
+    for e in ("True", "False"):
+        want = torch.pow(torch.from_numpy(b), e == "True").numpy()
+        assert_close(_run(backend, f"pow(@0,{e})", [b]), want, what=f"pow(@0,{e})")

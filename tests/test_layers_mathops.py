@@ -290,3 +290,26 @@ def test_bool_tensors_in_integer_arithmetic(model_backend, tmp_path):
     b = torch.tensor([[-2, 3, 1], [1, -1, 2]])
     param = export_module(_BoolArithmetic(), (a, b), tmp_path)
     compare_graph(param, model_backend, _BoolArithmetic(), (a, b))
+
+
+class _PromotingBounds(torch.nn.Module):
+    def forward(self, x, hi, u, lo):
+        return (torch.clamp(x, max=hi), torch.clamp(u, min=lo), torch.clamp(u, min=-1), u.clamp_min(-1),
+                u.clamp_max(7), torch.all(u, dim=1), torch.any(u > 2, dim=0),
+                torch.special.log_ndtr(x.sum()))
+
+
+def test_integer_and_mixed_dtype_bounds_promote_and_wrap_as_torch(model_backend, tmp_path):
+    """clamp with a tensor bound takes torch's promoted dtype (float32 with float64: float64;
+    uint8 with int8: int16); an int bound wraps into the tensor's integer dtype first
+    (clamp(uint8, min=-1) is 255); all/any keep uint8; log_ndtr of a 0-d tensor."""
+    from test_layers_misc import compare_graph, export_module
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 4, generator=g)
+    hi = torch.randn(2, 4, generator=g, dtype=torch.float64)
+    u = torch.tensor([[0, 3, 10, 200], [1, 1, 0, 7]], dtype=torch.uint8)
+    lo = torch.tensor([[-3, 5, -1, 2], [0, 9, 1, -100]], dtype=torch.int8)
+    inputs = (x, hi, u, lo)
+    param = export_module(_PromotingBounds(), inputs, tmp_path)
+    compare_graph(param, model_backend, _PromotingBounds(), inputs)

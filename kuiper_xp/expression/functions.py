@@ -565,6 +565,10 @@ class ArrayOps:
                 raise OpError("pow is not defined for bool operands (torch raises too)")
         else:
             c = self.cat(b.dtype if type(b) not in _SCALARS else a.dtype)
+        if c == _BOOL:  # (a bool tensor ** True / False is bool in torch; numpy gives int8)
+            if type(b) is bool and type(a) not in _SCALARS:
+                return a if b else self.xp.ones_like(a, dtype=self.xp.bool)
+            raise OpError("pow of a bool exponent tensor is not implemented (torch raises too)")
         if c == _INT and type(b) not in _SCALARS:
             return self._int_pow(a, b)
         if type(b) in (int, float) and type(a) not in _SCALARS and str(a.dtype).endswith(("float32", "float64")):

@@ -18,8 +18,10 @@ import math
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.expression.functions import wrap_int
 
 from .base import BuildContext, Layer
+from .misc import promote
 from .registry import register
 
 __all__ = [
@@ -227,20 +229,29 @@ class Clamp(_Unary):
             if xp.isdtype(x.dtype, "real floating"):
                 lo = None if lo is None else float(lo)
                 hi = None if hi is None else float(hi)
+            elif xp.isdtype(x.dtype, "integral"):  # torch wraps an int bound into the dtype first
+                info = xp.iinfo(x.dtype)           # (clamp(uint8, min=-1) is 255 everywhere)
+                lo = None if lo is None else wrap_int(int(lo), info)
+                hi = None if hi is None else wrap_int(int(hi), info)
             y = self._fast_clamp(x, lo, hi) if self._fast_clamp is not None else None
             x = xp.clip(x, min=lo, max=hi) if y is None else y
         if self.min_slot is not None:
-            x = xp.maximum(x, self._bound_array(bounds[self.min_slot - 1], x))
+            x, b = self._with_bound(x, bounds[self.min_slot - 1])
+            x = xp.maximum(x, b)
         if self.max_slot is not None:
-            x = xp.minimum(x, self._bound_array(bounds[self.max_slot - 1], x))
+            x, b = self._with_bound(x, bounds[self.max_slot - 1])
+            x = xp.minimum(x, b)
         return x
 
-    def _bound_array(self, b: Any, x: Any) -> Any:
-        """A bound operand in x's dtype: a tensor, or a Python number (``max=x.shape[0]``: pnnx
-        passes the size an expression computes)."""
+    def _with_bound(self, x: Any, b: Any) -> tuple[Any, Any]:
+        """x and a bound operand in torch's promoted dtype: a tensor (float32 x with a float64
+        bound is float64; uint8 with int8 int16), or a Python number (``max=x.shape[0]``: pnnx
+        passes the size an expression computes) in x's dtype."""
         if hasattr(b, "dtype"):
-            return self.xp.astype(b, x.dtype)
-        return self.xp.asarray(b, dtype=x.dtype, device=self.device)
+            return promote(self.xp, x, b)
+        if type(b) is int and self.xp.isdtype(x.dtype, "integral"):
+            b = wrap_int(b, self.xp.iinfo(x.dtype))
+        return x, self.xp.asarray(b, dtype=x.dtype, device=self.device)
 
 
 @register("nn.LeakyReLU", "F.leaky_relu", "nn.RReLU", "F.rrelu")

@@ -59,6 +59,7 @@ from kuiper_xp.expression.functions import (
     erf_generic,
     erfcx_large,
     erfcx_mid,
+    wrap_int,
 )
 from kuiper_xp.expression.functions import erf as _erf
 
@@ -321,6 +322,8 @@ class _Op(Layer):
         return self.xp.isdtype(dt, "real floating")
 
     def array(self, v: Any, what: str = "input") -> Any:
+        if hasattr(v, "dtype") and getattr(v, "ndim", None) == 0 and not hasattr(v, "__setitem__"):
+            v = self.xp.asarray(v)  # (a NumPy scalar: what arithmetic on a 0-d array gives)
         if isinstance(v, _SCALARS) or not hasattr(v, "dtype"):
             raise ShapeError(f"{self.who}: {what} should be a tensor, found {type(v).__name__} {v!r}")
         if self.xp.isdtype(v.dtype, "complex floating"):
@@ -373,6 +376,8 @@ class _Op(Layer):
         out = []
         for v in values:
             if isinstance(v, _SCALARS):
+                if type(v) is int and xp.isdtype(dt, "integral"):  # (torch wraps: clamp_min(u8, -1) is 255)
+                    v = wrap_int(v, xp.iinfo(dt))
                 v = xp.asarray(v, dtype=dt, device=self.device)
             elif v.dtype != dt:
                 v = xp.astype(v, dt)

@@ -431,12 +431,14 @@ class LinalgNorm(ShapeLayer):
 
 @register("torch.all", "torch.any", "Tensor.all", "Tensor.any")
 class AllAny(_Reduce):
-    """Logical and/or over ``dim`` (all dims when absent); the result is bool."""
+    """Logical and/or over ``dim`` (all dims when absent); the result is bool (uint8 for a uint8
+    input, as torch keeps it)."""
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
         f = xp.all if self.op_type.endswith("all") else xp.any
-        return f(x, axis=self.axes(x.ndim), keepdims=self.keepdim)
+        y = f(x, axis=self.axes(x.ndim), keepdims=self.keepdim)
+        return xp.astype(y, xp.uint8) if x.dtype == xp.uint8 else y
 
 
 @register("torch.cumsum", "Tensor.cumsum")
@@ -505,7 +507,8 @@ class AtenReduce(_Reduce):
         kd = bool(keepdim) if isinstance(keepdim, bool) else bool(runtime_int(keepdim, self.who, "keepdim"))
         kind = self.op_type.split("::", 1)[1]
         if kind in ("all", "any"):
-            return (xp.all if kind == "all" else xp.any)(x, axis=axes, keepdims=kd)
+            y = (xp.all if kind == "all" else xp.any)(x, axis=axes, keepdims=kd)
+            return xp.astype(y, xp.uint8) if x.dtype == xp.uint8 else y  # (torch keeps uint8)
         if kind in ("amax", "amin"):
             return (xp.max if kind == "amax" else xp.min)(x, axis=axes, keepdims=kd)
         dt = self._out_dtype(x, xp.int64)
