@@ -313,3 +313,19 @@ def test_integer_and_mixed_dtype_bounds_promote_and_wrap_as_torch(model_backend,
     inputs = (x, hi, u, lo)
     param = export_module(_PromotingBounds(), inputs, tmp_path)
     compare_graph(param, model_backend, _PromotingBounds(), inputs)
+
+
+class _HalfSums(torch.nn.Module):
+    def forward(self, h):
+        return h.sum(0), torch.nansum(h, dim=0), h.sum(1)
+
+
+def test_half_sums_accumulate_in_float32(model_backend, tmp_path):
+    """torch sums float16 in float32 and rounds once: accumulating in half was ~7x further off."""
+    from test_layers_misc import compare_graph, export_module
+
+    if not hasattr(kuiper_xp.get_backend(model_backend).xp, "float16"):
+        pytest.skip("this backend has no float16")
+    x = (torch.rand(400, 6, generator=torch.Generator().manual_seed(2)) * 0.1).half()
+    param = export_module(_HalfSums(), (x,), tmp_path)
+    compare_graph(param, model_backend, _HalfSums(), (x,), rtol=1e-3)

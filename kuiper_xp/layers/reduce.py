@@ -71,7 +71,8 @@ class Mean(_Reduce):
         dt = self._out_dtype(x, None)
         if dt is None:
             raise ShapeError(f"{self.who}: mean of a {dtype_name(x.dtype)} tensor (torch needs a floating "
-                             f"input here; cast it first)")
+                             f"input or dtype= here, and pnnx does not always write dtype= into the file: "
+                             f"cast it first, e.g. x.float().mean(...))")
         if x.dtype != dt:
             x = xp.astype(x, dt)
         axes = self.axes(x.ndim)
@@ -91,6 +92,8 @@ class Sum(_Reduce):
         xp = self.xp
         dt = self._out_dtype(x, xp.int64)
         axes = self.axes(x.ndim)
+        if dt == getattr(xp, "float16", None):  # torch accumulates half sums in float32
+            return xp.astype(xp.sum(xp.astype(x, xp.float32), axis=axes, keepdims=self.keepdim), dt)
         fast = getattr(self.backend.fast, "sum_short_inner", None) if x.dtype == dt else None
         y = None if fast is None else fast(x, axes, self.keepdim)
         return xp.sum(_no_bool(xp, x, dt), axis=axes, dtype=dt, keepdims=self.keepdim) if y is None else y
@@ -974,7 +977,10 @@ class NanSumMean(_AtenArgs):
         xz = xp.where(keep, x, xp.zeros_like(x))
         if x.dtype != dt:
             xz = xp.astype(xz, dt)
-        total = xp.sum(xz, axis=axes, keepdims=kd)
+        if dt == getattr(xp, "float16", None):  # torch accumulates half sums in float32
+            total = xp.astype(xp.sum(xp.astype(xz, xp.float32), axis=axes, keepdims=kd), dt)
+        else:
+            total = xp.sum(xz, axis=axes, keepdims=kd)
         if not is_mean:
             return total
         return total / xp.astype(xp.sum(xp.astype(keep, xp.int64), axis=axes, keepdims=kd), dt)
