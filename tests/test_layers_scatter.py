@@ -546,3 +546,12 @@ def test_index_put_of_a_lost_boolean_value_says_why(backend):
     (the boolean is lost); refused at load, naming the cause and the way round it."""
     with pytest.raises(LayerParameterError, match=r"values=None: pnnx lost the assigned value .* m\[idx\] = False"):
         make_layer(backend, "Tensor.index_put ip 2 1 0 1 2 $input=0 $indices=1 accumulate=False values=None", 2)
+
+
+def test_index_put_with_indices_folded_into_a_parameter_says_so(backend):
+    """``y[:, torch.tensor([0])] = 0``: pnnx writes ``indices=(0)`` as a parameter and drops the
+    leading whole-axis item."""
+    from kuiper_xp.errors import LayerParameterError
+
+    with pytest.raises(LayerParameterError, match="folded the index tensor into a parameter"):
+        make_layer(backend, "Tensor.index_put op 1 1 0 1 accumulate=False indices=(0) values=0 $input=0")

@@ -313,6 +313,12 @@ class IndexPut(Layer):
     def from_operator(cls, op, ctx):
         pos = input_slots(op, ("input", "indices", "values"))
         if "input" not in pos or "indices" not in pos:
+            if "input" in pos and op.has_param("indices"):
+                raise LayerParameterError(
+                    f"{op.where}: pnnx folded the index tensor into a parameter (indices="
+                    f"{op.params.get('indices')!r}) and dropped the whole-axis items before it, so which "
+                    "axis it indexes is lost; not supported. Write the update with a slice or "
+                    "index_fill / scatter instead of x[:, idx] = v")
             raise LayerParameterError(f"{op.where}: needs $input and $indices")
         value = None
         if "values" not in pos:
