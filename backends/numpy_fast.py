@@ -2595,15 +2595,17 @@ class Conv2dPlan:
         wino = self.wino
         if wino is None:  # a concurrent first call at worst transforms twice
             wino = self.wino = _Winograd(self._weight, self.bias, self.tile)
-        y = wino(x, self.pads, ho, wo) if d == 1 else self._run_winograd_phases(wino, x, d, hd, wd)
-        if _all_finite(y):
+        finite: list[bool] = []
+        y = wino(x, self.pads, ho, wo, finite=finite) if d == 1 else \
+            self._run_winograd_phases(wino, x, d, hd, wd, finite)
+        if all(finite):
             return y
         # the transforms mix each tile (an inf or NaN reaches every output of its tile, and
         # inputs over ~1e36 overflow F(4x4, 3x3)'s): a result that is not all finite is made
         # again as a GEMM, whose inf and NaN are torch's
         return self._run_gemm(x, ho, wo)
 
-    def _run_winograd_phases(self, wino, x, d, hd, wd):
+    def _run_winograd_phases(self, wino, x, d, hd, wd, finite: list | None = None):
         """A 3x3 convolution of dilation d and padding d as an undilated one with padding 1 over
         the d*d polyphase sub-images ``x[:, :, r::d, s::d]`` side by side in one batch: output
         ``(d*i + r, d*j + s)`` reads inputs ``(d*(i + a - 1) + r, d*(j + b - 1) + s)``, all in
@@ -2621,7 +2623,7 @@ class Conv2dPlan:
             _copy_channels(src[:, :, :h, :w], x, axis=1)
         _phase_copies(ph, _view(src, (n, c, hd, d, wd, d)), d, to_phases=True)
         yp = wino(_view(ph, (n * d * d, c, hd, wd)), ((1, 1), (1, 1)), hd, wd,
-                  out=_workspace((n * d * d, o, hd, wd), x.dtype, slot=72))
+                  out=_workspace((n * d * d, o, hd, wd), x.dtype, slot=72), finite=finite)
         y = _out((n, o, h, w), x.dtype)
         full = y if (hp, wp) == (h, w) else _workspace((n, o, hp, wp), x.dtype, slot=71)
         _phase_copies(_view(yp, (n, d, d, o, hd, wd)), _view(full, (n, o, hd, d, wd, d)), d, to_phases=False)
@@ -2693,11 +2695,17 @@ class _Winograd:
         gg = np.kron(g, g).astype(w.dtype)  # (a*a, 9)
         self.u = (gg @ w.reshape(o * c, 9).T).reshape(self.a * self.a, o, c)
         self.bk = np.kron(bt, bt).astype(w.dtype)
-        self.ak = np.kron(at, at).astype(w.dtype)
+        ak = np.kron(at, at)
+        # one more row, the sum of the others: each tile's outputs summed by the output GEMM
+        # itself, so that whether the result is all finite is a reduction over 1/m**2 of it
+        self.ak = np.concatenate([ak, ak.sum(axis=0, keepdims=True)]).astype(w.dtype)
         self.bias = None if bias is None else np.asarray(bias, dtype=w.dtype).reshape(o, 1)
         self.o, self.c = o, c
 
-    def __call__(self, x: np.ndarray, pads, ho: int, wo: int, out: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, x: np.ndarray, pads, ho: int, wo: int, out: np.ndarray | None = None,
+                 finite: list | None = None) -> np.ndarray:
+        """The convolution; ``finite``, a list, receives whether every output is finite (from
+        the tiles' sums, see ``ak``)."""
         m, a, o = self.m, self.a, self.o
         n, c, h, w = x.shape
         th, tw = -(-ho // m), -(-wo // m)
@@ -2717,7 +2725,7 @@ class _Winograd:
             d = _workspace((a * a, c * b * nt), x.dtype, slot=1)
             v = _workspace((a * a, c * b * nt), x.dtype, slot=2)
             mm = _workspace((a * a, o, b * nt), x.dtype, slot=3)
-            yy = _workspace((m * m, o * b * nt), x.dtype, slot=6)
+            yy = _workspace((m * m + 1, o * b * nt), x.dtype, slot=6)
             s = xp.strides
             tiles = as_strided(xp, shape=(a, a, c, b, th, tw),
                                strides=(s[2], s[3], s[1], s[0], m * s[2], m * s[3]), writeable=False)
@@ -2738,11 +2746,13 @@ class _Winograd:
             if self.bias is not None:
                 mm[a + 1] += self.bias
             _gemm(self.ak, mm.reshape(a * a, o * b * nt), yy)
+            if finite is not None:
+                finite.append(_all_finite(yy[m * m]))
             full = y[i0:i1] if exact else _workspace((b, o, m * th, m * tw), x.dtype, slot=5)
             st = full.strides
             dst = as_strided(full, shape=(m, m, o, b, th, tw),
                              strides=(st[2], st[3], st[1], st[0], m * st[2], m * st[3]))
-            _copy_channels(dst, yy.reshape(m, m, o, b, th, tw), axis=2)
+            _copy_channels(dst, yy[:m * m].reshape(m, m, o, b, th, tw), axis=2)
             if not exact:
                 _copy_channels(y[i0:i1], full[:, :, :ho, :wo], axis=1)
         return y
