@@ -215,13 +215,11 @@ class Clamp(_Unary):
         if not xp.isdtype(x.dtype, "real floating") and (self.promote or (
                 self.out_dtype is not None and self.out_dtype.startswith("float"))):
             x = xp.astype(x, getattr(xp, self.out_dtype or "float32"))
-        elif x.dtype == xp.bool and self.out_dtype != "bool" and (
-                any(type(b) is int for b in (self.lo, self.hi)) or (
-                self.out_dtype is not None and self.out_dtype.startswith(("int", "uint")))):
+        elif x.dtype == xp.bool and self.out_dtype != "bool":
             # a bool tensor clamped with an integer bound: torch's result is int64
-            dt = self.out_dtype if self.out_dtype is not None and self.out_dtype.startswith(("int", "uint")) \
-                else "int64"
-            x = xp.astype(x, getattr(xp, dt))
+            declared = self.out_dtype if (self.out_dtype or "").startswith(("int", "uint")) else None
+            if declared is not None or any(type(b) is int for b in (self.lo, self.hi)):
+                x = xp.astype(x, getattr(xp, declared or "int64"))
         if self.crossed:
             return xp.where(x != x, x, self._const(self.hi, x))  # NaN stays NaN
         lo, hi = self.lo, self.hi

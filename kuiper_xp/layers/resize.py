@@ -624,12 +624,12 @@ class GridSample(Layer):
         ho, wo = grid.shape[1], grid.shape[2]
         grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
         gx, gy = xp.reshape(grid[..., 0], (n, ho * wo)), xp.reshape(grid[..., 1], (n, ho * wo))
-        flat = self._with_zero(xp.reshape(x, (n, c, h * w)))
+        flat, outside = self._with_zero(xp.reshape(x, (n, c, h * w)))
         taps: list[tuple[Any, Any]] = []  # (flat index (N, L) int64, weight (N, L), 0 outside)
 
         def tap(yy: Any, xx: Any, weight: Any = None) -> None:
             """A read of x at integer positions (yy, xx) (float arrays (N, L)) times ``weight``."""
-            taps.append(self._tap((yy, xx), (h, w), weight))
+            taps.append(self._tap((yy, xx), (h, w), weight, outside))
 
         if self.mode == "nearest":
             tap(xp.round(self._source(gy, h)), xp.round(self._source(gx, w)))
@@ -653,18 +653,22 @@ class GridSample(Layer):
             tap(y0 + 1, x0 + 1, fy * fx)
         return xp.reshape(self._gather(flat, taps), (n, c, ho, wo))
 
-    def _with_zero(self, flat: Any) -> Any:
-        """The (N, C, M) flat map with a zero appended to each row: reads outside the map take
-        it, so an inf or NaN in the map never meets their weight 0 (torch adds nothing for them;
-        reading the first pixel, as this did, gave NaN wherever that pixel was not finite)."""
+    def _with_zero(self, flat: Any) -> tuple[Any, int]:
+        """The (N, C, M) flat map and the index reads outside it take: a zero appended to each
+        row (index M), so an inf or NaN in the map never meets their weight 0 (torch adds nothing
+        for them; the first pixel, read for them before, gave NaN wherever it was not finite).
+        Where host reads are cheap and every first pixel is finite, that pixel times 0 is
+        exactly 0: the map is used as it is (index 0), without the copy."""
         xp = self.xp
+        if self.backend.cheap_host_reads and bool(xp.all(xp.isfinite(flat[:, :, 0]))):
+            return flat, 0
         zero = xp.zeros((flat.shape[0], flat.shape[1], 1), dtype=flat.dtype, device=self.device)
-        return xp.concat([flat, zero], axis=2)
+        return xp.concat([flat, zero], axis=2), flat.shape[2]
 
-    def _tap(self, coords: tuple, sizes: tuple, weight: Any) -> tuple[Any, Any]:
+    def _tap(self, coords: tuple, sizes: tuple, weight: Any, outside: int) -> tuple[Any, Any]:
         """One read at integer positions ``coords`` (float arrays (N, L), outermost axis first,
         in a map of ``sizes``): the flat (N, L) int64 index and the weight, 0 outside the map
-        (where the index is that of the zero :meth:`_with_zero` appends); NaN coordinates are
+        (where the index is ``outside``, from :meth:`_with_zero`); NaN coordinates are
         outside."""
         xp = self.xp
         ok = None
@@ -679,8 +683,7 @@ class GridSample(Layer):
             # of maps over 2**24 elements, a 256**3 volume)
             ci = xp.astype(xp.where(ok, xp.clip(c, 0, n - 1), zero), xp.int64)
             pos = ci if pos is None else pos * n + ci
-        outside = xp.asarray(math.prod(sizes), dtype=xp.int64, device=self.device)
-        idx = xp.where(ok, pos, outside)
+        idx = xp.where(ok, pos, xp.asarray(outside, dtype=xp.int64, device=self.device))
         wt = xp.astype(ok, dt)
         return idx, wt if weight is None else wt * weight  # (0 * NaN: NaN, as torch)
 
@@ -707,11 +710,11 @@ class GridSample(Layer):
         do, ho, wo = grid.shape[1], grid.shape[2], grid.shape[3]
         grid = xp.astype(grid, x.dtype) if grid.dtype != x.dtype else grid
         g = [xp.reshape(grid[..., k], (n, do * ho * wo)) for k in range(3)]  # x, y, z
-        flat = self._with_zero(xp.reshape(x, (n, c, d * h * w)))
+        flat, outside = self._with_zero(xp.reshape(x, (n, c, d * h * w)))
         taps: list[tuple[Any, Any]] = []
 
         def tap(zz: Any, yy: Any, xx: Any, weight: Any = None) -> None:
-            taps.append(self._tap((zz, yy, xx), (d, h, w), weight))
+            taps.append(self._tap((zz, yy, xx), (d, h, w), weight, outside))
 
         ix, iy, iz = self._source(g[0], w), self._source(g[1], h), self._source(g[2], d)
         if self.mode == "nearest":
