@@ -443,6 +443,12 @@ FAST = [
     (2, 4, 6, 9, 9, 1, 2, ((1, 1), (1, 1)), 1, 1, "gemm"),  # padded strided 1x1
     (2, 8, 8, 6, 5, 3, 1, ((1, 1), (1, 1)), 1, 2, "gemm"),
     (2, 4, 6, 33, 32, 3, 1, ((1, 1), (1, 1)), 1, 1, "gemm"),  # row blocks, one image at a time
+    # patch rows of a multiple of 256 bytes: the im2col workspace's rows are spaced further
+    # apart (_operand_workspace): small images side by side, one whole image, a strided 1x1
+    (2, 8, 12, 16, 16, 3, 1, ((1, 1), (1, 1)), 1, 1, "gemm"),
+    (1, 8, 12, 64, 64, 3, 1, ((1, 1), (1, 1)), 1, 1, "gemm"),
+    (3, 6, 10, 32, 32, 3, 2, ((1, 1), (1, 1)), 1, 1, "gemm"),
+    (2, 6, 10, 32, 32, 1, 2, ((0, 0), (0, 0)), 1, 1, "1x1"),
     (2, 4, 6, 33, 32, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),
     (1, 8, 4, 32, 33, 1, 1, ((0, 0), (0, 0)), 1, 1, "1x1"),  # O < C: GEMM on the input, bias after
     (3, 32, 32, 33, 32, 3, 1, ((1, 1), (1, 1)), 1, 1, "winograd4"),
@@ -1414,3 +1420,16 @@ def test_numpy_fast_conv_plan_refuses_what_it_cannot_run():
     plan = nf.conv2d_plan(w3, None, pads=((1, 1), (1, 1)))
     with pytest.raises(ShapeError, match=r"expected \(N, 3, H, W\)"):
         plan(rnd(2, 4, 6, 6))
+
+
+def test_operand_workspace_spaces_aliasing_rows():
+    """GEMM operands whose rows are a multiple of 256 bytes get rows 64 bytes further apart
+    (OpenBLAS packs them faster); other widths stay contiguous."""
+    a = nf._operand_workspace((5, 256), np.float32, slot=90)
+    assert a.shape == (5, 256) and a.strides == ((256 + 16) * 4, 4)
+    b = nf._operand_workspace((2, 5, 3136), np.float32, slot=90)
+    assert b.shape == (2, 5, 3136) and b.strides[1] == (3136 + 16) * 4
+    c = nf._operand_workspace((5, 200), np.float32, slot=90)
+    assert c.flags.c_contiguous and c.shape == (5, 200)
+    d = nf._operand_workspace((5, 32), np.float64, slot=90)  # 256 bytes a row: padded too
+    assert d.strides == ((32 + 8) * 8, 8)
