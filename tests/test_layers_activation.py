@@ -356,6 +356,27 @@ def test_numpy_fast_softmax_of_a_few_rows_is_plain(dtype):
     np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6 if dtype == np.float32 else 1e-13, atol=1e-8)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_log_softmax_of_a_few_rows(dtype):
+    """log_softmax_last (a classifier's last layer): torch's values, its NaN rows (a NaN, all
+    -inf, +inf), -inf under -inf, huge logits and a -1e9 mask; arrays it does not take (too many
+    rows, not contiguous, integers) give None."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    x = (np.random.default_rng(7).standard_normal((6, 11)) * 20).astype(dtype)
+    x[0, 3], x[1], x[5, 2] = np.nan, -np.inf, np.inf
+    x[2, :4], x[3, 5:9], x[4, -3:] = 1e4, -np.inf, -1e9
+    want = torch.log_softmax(torch.from_numpy(x), -1).numpy()
+    got = in_fast_scope(nf, lambda: nf.log_softmax_last(x))
+    assert got.dtype == dtype and np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(np.isneginf(got), np.isneginf(want))
+    ok = np.isfinite(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6 if dtype == np.float32 else 1e-13, atol=1e-5)
+    assert nf.log_softmax_last(np.zeros((nf.SOFTMAX_PLAIN_MAX_ROWS + 1, 3), dtype)) is None
+    assert nf.log_softmax_last(np.swapaxes(x, 0, 1)) is None
+    assert nf.log_softmax_last(np.ones((2, 3), np.int64)) is None
+
+
 def test_softmax2d_and_implicit_dim(backend):
     x = np.random.default_rng(6).standard_normal((2, 3, 4, 5)).astype(np.float32)
     layer = make_layer(backend, "nn.Softmax2d")

@@ -30,7 +30,7 @@ __all__ = [
     "Hardshrink", "Softshrink", "Tanhshrink", "LogSigmoid", "Softsign", "GLU",
 ]
 
-_EXP_LIMITS: dict[str, float] = {}
+_EXP_LIMITS: dict[Any, float] = {}  # per dtype
 _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 _SQRT1_2 = 0.70710678118654752440
@@ -45,7 +45,7 @@ class _Unary(Layer):
 
     def __init__(self, ctx: BuildContext):
         super().__init__(ctx)
-        self._consts: dict[tuple[Any, str], Any] = {}
+        self._consts: dict[tuple[Any, Any], Any] = {}  # (value, dtype) -> 0-d array
         fast = ctx.fast
         names = getattr(fast, "UNARY_ACTIVATIONS", ())
         self._fast_unary = getattr(fast, "unary", None) if self.fast_name in names else None
@@ -67,7 +67,7 @@ class _Unary(Layer):
     def _const(self, value: Any, x: Any) -> Any:
         """A 0-d array holding ``value`` in x's dtype on the device, made once per dtype (no
         host-to-device copy per call on a GPU; filling the cache is idempotent, so thread-safe)."""
-        key = (value, str(x.dtype))
+        key = (value, x.dtype)
         c = self._consts.get(key)
         if c is None:
             c = self.xp.asarray(value, dtype=x.dtype, device=self.device)
@@ -83,7 +83,7 @@ class _Unary(Layer):
 
     def _exp_limit(self, x: Any) -> float:
         """log(max finite value) of x's dtype: exp of anything below it does not overflow."""
-        key = str(x.dtype)
+        key = x.dtype
         lim = _EXP_LIMITS.get(key)
         if lim is None:
             lim = math.floor(math.log(float(self.xp.finfo(x.dtype).max)))
@@ -558,7 +558,9 @@ class Softmax(_Unary):
     def __init__(self, ctx: BuildContext, dim: int, negate: bool = False, dtype: str | None = None):
         super().__init__(ctx)
         self.dim, self.negate, self.dtype = dim, negate, dtype
-        self._fast_softmax = None if self.log else getattr(ctx.fast, "softmax_last", None)
+        # (the dtype object, compared per call: its name cost ~2 us a call to make)
+        self._dt = None if dtype is None else getattr(ctx.xp, dtype)
+        self._fast_softmax = getattr(ctx.fast, "log_softmax_last" if self.log else "softmax_last", None)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -571,8 +573,8 @@ class Softmax(_Unary):
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
-        if self.dtype is not None and str(x.dtype).rsplit(".", 1)[-1] != self.dtype:
-            x = xp.astype(x, getattr(xp, self.dtype))
+        if self._dt is not None and x.dtype != self._dt:
+            x = xp.astype(x, self._dt)
         x = self._floating(x)
         if self.negate:
             x = -x

@@ -607,7 +607,7 @@ class Einsum(Layer):
         return cls(ctx, eq, op.where)
 
     def forward(self, *ops: Any) -> Any:
-        key = tuple((tuple(a.shape), str(a.dtype)) for a in ops)
+        key = tuple((a.shape, a.dtype) for a in ops)  # (dtype objects hash; their names cost ~2 us each)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(ops)

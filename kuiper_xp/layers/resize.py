@@ -270,7 +270,7 @@ class InterpolateAntialias(Layer):
         if ho <= 0 or wo <= 0:
             raise ShapeError(f"{self.where}: output size ({ho}, {wo}) must be positive")
         ac = bool(align) if align is not None else False
-        key = (h, w, ho, wo, ac, sh, sw, str(x.dtype))
+        key = (h, w, ho, wo, ac, sh, sw, x.dtype)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= 8:
