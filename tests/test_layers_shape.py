@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import assert_close
-from helpers import export_torch, make_layer, ref, run, run_graph, torch_outputs  # noqa: E402
+from helpers import export_module, export_torch, make_layer, ref, run, run_graph, torch_outputs  # noqa: E402
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
@@ -482,8 +482,10 @@ class DynamicSpatial(nn.Module):
         z = y.reshape(b, h, w, c)
         s = x.view(b, 2, c // 2, h, w).transpose(1, 2).reshape(b, -1, h, w)
         n = x.size(2)
+        # split sizes from the width (pnnx: torch.split with $split_size_or_sections an input)
         return (z, s, x.flatten(2), x.expand(b, c, h, w), torch.split(x, [1, 3], 1)[1], x[:, :, : n // 2],
-                x[:, 1:, n // 2:], x.select(2, n - 1), x.view(b, -1, 2))
+                x[:, 1:, n // 2:], x.select(2, n - 1), x.view(b, -1, 2), *torch.split(x, [2, w - 2], 3),
+                x.narrow(3, 1, w - 1))
 
 
 @pytest.fixture(scope="session")
@@ -509,6 +511,19 @@ def test_exported_shape_ops_match_torch(model_backend, shape_exports):
     _compare(ShapeZoo(), shape_exports["static"], model_backend, torch.randn(2, 3, 4, 5))
 
 
+class Alias(nn.Module):
+    def forward(self, x):
+        return x[...] * x  # pnnx: aten::alias
+
+
+def test_alias_export(model_backend, tmp_path):
+    """``x[...]`` (pnnx writes ``aten::alias``, which its own generated Python cannot import:
+    export_module catches that) runs as the identity."""
+    param = export_module(Alias(), (torch.randn(2, 5),), tmp_path)
+    assert "aten::alias" in param.read_text()
+    _compare(Alias(), param, model_backend, torch.randn(2, 5))
+
+
 @pytest.mark.parametrize("batch", [1, 3, 5])
 def test_dynamic_batch_export(model_backend, shape_exports, batch):
     text = shape_exports["batch"].read_text()
@@ -521,6 +536,7 @@ def test_dynamic_batch_export(model_backend, shape_exports, batch):
 def test_dynamic_spatial_export(model_backend, shape_exports, shape):
     text = shape_exports["spatial"].read_text()
     assert "$shape=" in text and "pnnx.Expression" in text, "pnnx did not make the reshape targets inputs"
+    assert "$split_size_or_sections=" in text, "pnnx did not make the split sizes an input"
     _compare(DynamicSpatial(), shape_exports["spatial"], model_backend, torch.randn(*shape))
 
 

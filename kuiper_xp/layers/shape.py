@@ -497,9 +497,9 @@ class _Split(ShapeLayer):
     def _bounds(self, n: int) -> list[tuple[int, int]]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _keys(self, shape: tuple[int, ...]) -> tuple[tuple[Any, ...], ...]:
+    def _keys(self, shape: tuple[int, ...], bounds_of: Any = None) -> tuple[tuple[Any, ...], ...]:
         d = norm_dim(self.dim, len(shape), self.who)
-        bounds = self._bounds(shape[d])
+        bounds = (bounds_of or self._bounds)(shape[d])
         if len(bounds) != self.n_out:
             raise ShapeError(f"{self.who}: splitting dim {self.dim} of size {shape[d]} (input shape {shape}) "
                              f"gives {len(bounds)} pieces {[b - a for a, b in bounds]}, the op has "
@@ -581,32 +581,61 @@ class ListUnpack(ShapeLayer):
 
 @register("torch.split", "Tensor.split", "Tensor.split_with_sizes", "torch.split_with_sizes")
 class Split(_Split):
-    """torch.split: an int piece size (last piece smaller) or a list of sizes summing to the dim."""
+    """torch.split: an int piece size (last piece smaller) or a list of sizes summing to the dim.
+    The sizes may come as an input (``$split_size_or_sections``: pnnx's form for sizes computed
+    from a dynamic shape, ``torch.split(x, [1, x.shape[1] - 1], 1)``)."""
 
-    def __init__(self, ctx: BuildContext, dim: int, n_out: int, sections: tuple[int, ...], is_list: bool):
+    _KEYS = ("split_size_or_sections", "split_sizes", "split_size")
+
+    def __init__(self, ctx: BuildContext, dim: int, n_out: int, sections: tuple[int, ...] | None,
+                 is_list: bool, slot: int | None = None):
         super().__init__(ctx, dim, n_out)
-        self.sections, self.is_list = sections, is_list
+        self.sections, self.is_list, self.slot = sections, is_list, slot
 
     @classmethod
     def from_operator(cls, op, ctx):
-        key = next((k for k in ("split_size_or_sections", "split_sizes", "split_size") if op.has_param(k)),
-                   "split_size_or_sections")
+        dim, n_out = op.param("dim", int, 0), len(op.outputs)
+        slots = input_slots(op, cls._KEYS)
+        if slots:
+            slot = min(slots.values())
+            if slot == 0:
+                raise LayerParameterError(f"{op.where}: the split sizes are the first input; expected the tensor")
+            return cls(ctx, dim, n_out, None, True, slot)
+        key = next((k for k in cls._KEYS if op.has_param(k)), "split_size_or_sections")
         raw = op.param(key)
         is_list = isinstance(raw, (list, tuple))
         sections = op.param(key, (int,))
         if any(s < 0 for s in sections) or (not is_list and sections[0] < 1):
             raise LayerParameterError(f"{op.where}: parameter {key!r} has invalid sizes {raw!r}")
-        return cls(ctx, op.param("dim", int, 0), len(op.outputs), sections, is_list)
+        return cls(ctx, dim, n_out, sections, is_list)
+
+    def forward(self, x: Any, *extra: Any) -> Any:
+        if self.slot is None:
+            return super().forward(x)
+        if len(extra) < self.slot:
+            raise ShapeError(f"{self.who}: the split sizes (input {self.slot}) are missing")
+        raw = extra[self.slot - 1]
+        sizes = runtime_ints(raw, self.who, "split_size_or_sections")
+        is_list = isinstance(raw, (list, tuple)) or len(getattr(raw, "shape", ())) > 0
+        if any(v < 0 for v in sizes) or (not is_list and sizes[0] < 1):
+            raise ShapeError(f"{self.who}: invalid split sizes {list(sizes)}")
+        keys = self._keys(tuple(x.shape), lambda n: self._split_bounds(n, sizes, is_list))
+        if self.n_out == 1:
+            return x[keys[0]]
+        return tuple(x[k] for k in keys)
 
     def _bounds(self, n: int) -> list[tuple[int, int]]:
-        if not self.is_list:
-            s = self.sections[0]
+        return self._split_bounds(n, self.sections, self.is_list)
+
+    def _split_bounds(self, n: int, sections: Any, is_list: bool) -> list[tuple[int, int]]:
+        if not is_list:
+            s = sections[0]
             return [(a, min(a + s, n)) for a in range(0, n, s)] or [(0, 0)]
-        if sum(self.sections) != n:
-            raise ShapeError(f"{self.who}: split sizes {list(self.sections)} sum to {sum(self.sections)}, "
+        if sum(sections) != n:
+            raise ShapeError(f"{self.who}: split sizes {list(sections)} sum to {sum(sections)}, "
                              f"but dim {self.dim} has size {n}")
         out, a = [], 0
-        for s in self.sections:
+        for s in sections:
             out.append((a, a + s))
             a += s
         return out
@@ -954,10 +983,10 @@ class Unsqueeze(ShapeLayer):
 
 
 # -- copies, repeats, broadcasts -------------------------------------------------------------------
-@register("Tensor.contiguous", "Tensor.clone", "Tensor.detach", "torch.clone", "torch.detach")
+@register("Tensor.contiguous", "Tensor.clone", "Tensor.detach", "torch.clone", "torch.detach", "aten::alias")
 class Contiguous(Layer):
     """No-op: arrays here have no layout the next op must care about (clone: arrays are not
-    written in place by any layer, so sharing is safe)."""
+    written in place by any layer, so sharing is safe; ``aten::alias`` is pnnx's ``x[...]``)."""
 
     def forward(self, x: Any, *_: Any) -> Any:
         return x
