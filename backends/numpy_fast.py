@@ -1306,7 +1306,9 @@ def _fresh_like(x: np.ndarray, fill) -> np.ndarray:
     xt = x.transpose(perm)
     if not xt.flags.c_contiguous:
         xt = np.ascontiguousarray(xt)
-    out = _out(xt.shape, x.dtype)
+    # (not _out: a concatenation's slot of the permuted shape, when that equals the result's
+    # (square maps), would hold this transposed view, which finishing the concatenation rewrites)
+    out = _pooled(xt.shape, x.dtype)
     fill(xt.reshape(-1), out.reshape(-1))
     return out.transpose(inv)
 
@@ -3123,7 +3125,7 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
         y = attention(merged(q), merged(k), merged(v), scale, merged(mask), merged(drop), fill)
         return None if y is None else y.reshape(lead[:-1] + y.shape[1:])
     outer, H = lead[:-1], lead[-1]
-    buf = _out(outer + (L, H, Dv), dt)
+    buf = _pooled(outer + (L, H, Dv), dt)  # (not _out: returned as a view, see _fresh_like)
     out = np.swapaxes(buf, -3, -2)
     items = list(np.ndindex(*outer)) if outer else [()]
     per_head = L * S * dt.itemsize
@@ -3288,6 +3290,19 @@ def concat_buffer(axis: int, dtype, shapes, within: np.ndarray | None = None) ->
         return None
     pool = getattr(_tls, "pool", None)
     return np.empty(shape, dtype) if pool is None else pool.empty(shape, dtype)
+
+
+def piece_result(out: Any, slot: np.ndarray) -> Any:
+    """A layer's result ``out`` for a concatenation's ``slot`` it was offered
+    (:func:`set_destination`): as it is when it is that slot, or lies elsewhere; a copy when it
+    lies in the slot in another layout (a transposed view of it): :func:`concat_into` would
+    rewrite the slot under it, changing that value for its other readers and the caller."""
+    if type(out) is not np.ndarray or out is slot or not np.may_share_memory(out, slot):
+        return out
+    if (out.__array_interface__["data"][0] == slot.__array_interface__["data"][0] and out.shape == slot.shape
+            and (out.strides == slot.strides or (out.flags.c_contiguous and slot.flags.c_contiguous))):
+        return out
+    return out.copy()
 
 
 def concat_piece(buf: np.ndarray, axis: int, shapes, k: int) -> np.ndarray:

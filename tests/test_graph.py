@@ -120,6 +120,10 @@ def test_wrong_inputs_are_clear(chain_param):
         g(x.astype(np.float64))
     with pytest.raises(InputError, match="unknown input name"):
         g(nope=x)
+    name, alias = g.inputs[0].name, "pnnx_input_0"
+    assert name != alias
+    with pytest.raises(InputError, match=f"given twice, as '{name}' and '{alias}'"):
+        g(**{name: x, alias: x + 1})  # (one array was silently dropped)
 
 
 def test_profile_and_memory_plan(chain_param):

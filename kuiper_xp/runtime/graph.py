@@ -711,8 +711,13 @@ class Graph:
                 raise InputError(f"unknown input name(s) {unknown}; the graph's inputs are "
                                  f"{[s.name for s in self.inputs]}")
             ordered: list[Any] = [None] * n
+            given: dict[int, str] = {}
             for key, v in named.items():
-                ordered[index[key]] = v
+                k = index[key]
+                if k in given:  # (a name and its pnnx_input_k alias)
+                    raise InputError(f"input {self.inputs[k].name!r} given twice, as {given[k]!r} and {key!r}")
+                given[k] = key
+                ordered[k] = v
             if any(v is None for v in ordered):
                 miss = [self.inputs[i].name for i, v in enumerate(ordered) if v is None]
                 raise InputError(f"missing input(s) {miss}")
@@ -818,6 +823,7 @@ class Graph:
                             fast.set_destination(dest)
                         else:  # (along an inner axis: layers make contiguous outputs, copied in)
                             dest = None
+            slot = dest
             try:
                 if into is not None:
                     out = r.layer.forward_into(into, plans[i][0], *args)  # type: ignore[union-attr,index]
@@ -834,6 +840,9 @@ class Graph:
                 if dest is not None:
                     fast.set_destination(None)
                     dest = None
+            if slot is not None:  # (a view of the slot in another layout: its own copy)
+                out = fast.piece_result(out, slot)
+                slot = None
             if plans is not None and r.joins and i not in plans:
                 plan = r.layer.piece_plan(args)  # type: ignore[union-attr]
                 if plan is not None:
