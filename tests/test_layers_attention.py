@@ -1064,3 +1064,37 @@ def test_bare_recurrent_module_refusal_says_to_wrap_it(tmp_path):
     param = export_module(nn.GRU(4, 5), (torch.randn(3, 2, 4),), tmp_path)
     with pytest.raises(UnsupportedOperatorError, match="wrap it in a parent nn.Module"):
         kuiper_xp.load(param, backend="numpy")
+
+
+class WeightsFirst(nn.Module):
+    """need_weights=True with the weights read before the output, or alone: pnnx lists the
+    outputs in the order of first use (``#1`` the weights), with a dynamic token count ``(?,?,?)``."""
+
+    def __init__(self, both: bool, per_head: bool = False):
+        super().__init__()
+        self.a = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.both, self.per_head = both, per_head
+
+    def forward(self, x):
+        y, w = self.a(x, x, x, need_weights=True, average_attn_weights=not self.per_head)
+        return (w * 2, y + 1) if self.both else w * 2
+
+
+@pytest.mark.parametrize("both,per_head,t2", [(False, False, 7), (False, False, 5), (True, False, 7),
+                                              (True, True, 7), (False, True, 5)])
+def test_mha_outputs_in_order_of_use(tmp_path, both, per_head, t2):
+    """kuiper-xp took output 0 as attn_output: it returned (1, 5, 8) for the weights (dynamic
+    tokens: silently), or stopped on the declared (?, 5, 5). Outputs are now told apart by their
+    declared shapes; at batch 1 and 2, against torch."""
+    torch.manual_seed(0)
+    m = WeightsFirst(both, per_head).eval()
+    param = export_module(m, (torch.randn(1, 5, 8),), tmp_path, inputs2=(torch.randn(2, t2, 8),))
+    g = kuiper_xp.load(param, backend="numpy")
+    for x in (torch.randn(1, 5, 8), torch.randn(2, t2, 8)):
+        with torch.no_grad():
+            want = m(x)
+        want = want if isinstance(want, tuple) else (want,)
+        got = g(x.numpy())
+        assert len(got) == len(want)
+        for k, (a, e) in enumerate(zip(got, want)):
+            assert_close(a, e.numpy(), rtol=1e-5, what=f"output {k}")

@@ -119,6 +119,9 @@ class MultiheadAttention(Layer):
         self.weights_rank = weights_rank
         self._attention = getattr(ctx.fast, "attention", None)
         self.lone_mask: str | None = None  # a lone 2-D mask's role by the declared shapes
+        #: what each output is, "out" (attn_output) or "weights", in the file's order (pnnx lists
+        #: them in the order the model first uses them: the weights first when they are)
+        self.roles: tuple[str, ...] = ("out", "weights")[:n_outputs]
         self._warned_ambiguous = False
 
     @classmethod
@@ -170,13 +173,15 @@ class MultiheadAttention(Layer):
             w["bias_k"] = xp.reshape(want("bias_k", (1, 1, E)), (1, 1, E))
             w["bias_v"] = xp.reshape(want("bias_v", (1, 1, E)), (1, 1, E))
         w["zero_attn"] = bool(op.param("add_zero_attn", bool, default=False))
+        roles = _output_roles(op, E)
         weights_rank = None
-        if len(op.outputs) == 2 and op.outputs[1].shape is not None:
-            weights_rank = len(op.outputs[1].shape)
+        if "weights" in roles and op.outputs[roles.index("weights")].shape is not None:
+            weights_rank = len(op.outputs[roles.index("weights")].shape)
         batch_first = op.param("batch_first", bool, default=False)
         layer = cls(ctx, where=op.where, embed_dim=E, num_heads=H, kdim=kdim, vdim=vdim,
                     batch_first=batch_first, w=w, n_outputs=len(op.outputs), weights_rank=weights_rank)
         layer.lone_mask = _lone_mask_role(op, E, batch_first)
+        layer.roles = roles
         return layer
 
     # -- input recognition ---------------------------------------------------------------
@@ -347,7 +352,7 @@ class MultiheadAttention(Layer):
             k, v = xp.concat([k, z], axis=2), xp.concat([v, z], axis=2)
             mask = pad_mask(mask)
 
-        fast = self._attention if self.n_outputs == 1 else None  # weights wanted: the generic steps
+        fast = self._attention if self.roles == ("out",) else None  # weights wanted: the generic steps
         out, p = attend(xp, q, k, v, self.scale, mask, self.matmul, fast)
         out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (N, L, E))
         out = proj(out, "o_t", "o_b")
@@ -355,13 +360,36 @@ class MultiheadAttention(Layer):
             out = xp.permute_dims(out, (1, 0, 2))
         elif not batched:
             out = out[0, ...]
-        if self.n_outputs == 1:
+        if self.roles == ("out",):
             return out
         per_head = self.weights_rank is not None and self.weights_rank == q_in.ndim + 1
         weights = p if per_head else xp.mean(p, axis=1)
         if not batched:
             weights = weights[0, ...]
-        return out, weights
+        got = {"out": out, "weights": weights}
+        return got[self.roles[0]] if len(self.roles) == 1 else tuple(got[r] for r in self.roles)
+
+
+def _output_roles(op: Any, E: int) -> tuple[str, ...]:
+    """The roles of a MultiheadAttention's outputs in the file's order: pnnx lists them in the
+    order the model first uses them, so the attention weights come first (or alone) when the
+    model reads them first (or only them). Told apart by the declared shapes: attn_output is
+    2-D or 3-D with embed_dim last (a fixed size even in a dynamic export); the weights end in
+    the key length (``?`` when it varies) or have one more axis (per head). torch's order when
+    the shapes do not tell."""
+    default = ("out", "weights")[:len(op.outputs)]
+    shapes = [o.shape for o in op.outputs]
+    if any(sh is None or len(sh) == 0 for sh in shapes):
+        return default
+
+    def surely_weights(sh: tuple) -> bool:
+        return len(sh) == 4 or sh[-1] != E
+
+    if len(shapes) == 1:
+        return ("weights",) if surely_weights(shapes[0]) else ("out",)
+    if surely_weights(shapes[0]) and not surely_weights(shapes[1]):
+        return ("weights", "out")
+    return default
 
 
 def _lone_mask_role(op: Any, E: int, batch_first: bool) -> str | None:
