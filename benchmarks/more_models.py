@@ -34,7 +34,8 @@ input; ``--input-shape "3,32,32;:int64:1000"``), ``convnext_v2`` (GRN; ``--input
 3,128,128``) and ``stn`` (``--input-shape 1,28,28``). Added later that day: ``gpt2_hf`` (Hugging
 Face's Conv1D/addmm GPT-2 with ``torch.pow(x, 3.0)`` in its GELU; ``--input-shape
 128:int64:5000``), ``albert`` (one layer applied six times; ``--input-shape 64:int64:3000``) and
-``convmixer`` (depthwise 9x9 over a 9x9 map; ``--input-shape 3,64,64``)."""
+``convmixer`` (depthwise 9x9 over a 9x9 map; ``--input-shape 3,64,64``). Session 22:
+``resnet20_cifar`` (``--input-shape 3,32,32``: 3x3 convolutions of 16-64 channels)."""
 import math
 
 import torch
@@ -1164,3 +1165,30 @@ def convmixer():
                                                         nn.GELU(), nn.BatchNorm2d(dim))),
                         nn.Conv2d(dim, dim, 1), nn.GELU(), nn.BatchNorm2d(dim)) for _ in range(depth)],
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(dim, 10))
+
+
+# ---- CIFAR ResNet-20: 3x3 convolutions of 16-64 channels on 32x32 maps ------------------------------
+class CifarBasic(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(cout)
+        self.sc = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.b2(self.c2(F.relu(self.b1(self.c1(x)))))
+        return F.relu(y + (x if self.sc is None else self.sc(x)))
+
+
+def resnet20_cifar():
+    """He et al.'s CIFAR ResNet-20 (16/32/64 channels): ``--input-shape 3,32,32``."""
+    blocks, c = [], 16
+    for cout, stride in ((16, 1), (32, 2), (64, 2)):
+        for i in range(3):
+            blocks.append(CifarBasic(c, cout, stride if i == 0 else 1))
+            c = cout
+    return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), *blocks,
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
