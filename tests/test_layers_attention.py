@@ -1098,3 +1098,41 @@ def test_mha_outputs_in_order_of_use(tmp_path, both, per_head, t2):
         assert len(got) == len(want)
         for k, (a, e) in enumerate(zip(got, want)):
             assert_close(a, e.numpy(), rtol=1e-5, what=f"output {k}")
+
+
+class SeqFirstWeights(nn.Module):
+    def __init__(self, alone: bool):
+        super().__init__()
+        self.a = nn.MultiheadAttention(4, 2)  # (L, N, E)
+        self.alone = alone
+
+    def forward(self, x):
+        y, w = self.a(x, x, x, need_weights=True)
+        return w * 2 if self.alone else (w * 2, y + 1)
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_mha_outputs_told_apart_by_leading_axes(tmp_path, alone):
+    """Sequence-first (L, N, E) = (4, 2, 4): output (4, 2, 4) and weights (2, 4, 4) differ only
+    in their leading axes (was a ShapeError: the weights' shape declared for the output)."""
+    torch.manual_seed(0)
+    m = SeqFirstWeights(alone).eval()
+    x = torch.randn(4, 2, 4)
+    param = export_module(m, (x,), tmp_path)
+    with torch.no_grad():
+        want = m(x)
+    want = want if isinstance(want, tuple) else (want,)
+    got = kuiper_xp.load(param, backend="numpy")(x.numpy())
+    for k, (a, e) in enumerate(zip(got, want)):
+        assert_close(a, e.numpy(), rtol=1e-5, what=f"output {k}")
+
+
+def test_mha_outputs_that_shapes_cannot_tell_apart_warn(tmp_path):
+    """Key length == embed_dim, static: output and weights have one shape; the layer says it
+    takes torch's order (it cannot know pnnx listed the weights first)."""
+    torch.manual_seed(0)
+    m = WeightsFirst(True).eval()
+    x = torch.randn(1, 8, 8)
+    param = export_module(m, (x,), tmp_path)
+    with pytest.warns(UserWarning, match="do not tell the attention output from the attention weights"):
+        kuiper_xp.load(param, backend="numpy")

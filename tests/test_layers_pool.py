@@ -348,3 +348,50 @@ def test_avg_pool1d_long_window_sums_only_its_own_elements(backend, tmp_path, dt
     params = _pool_params(12, 1, 0, None, False, nd=1)
     assert np.isfinite(expected).sum() > expected.size // 2
     run_op(backend, tmp_path, "nn.AvgPool1d", params, [x], expected, rtol=1e-5 if dtype == np.float32 else 1e-12)
+
+
+class IndicesFirst(torch.nn.Module):
+    """Max-pool modules whose indices the model reads first (pnnx: the int64 output listed
+    first), reads alone (one int64 output, ``return_indices=False`` in the file), or an adaptive
+    module whose (values, indices) pnnx leaves as one tuple for a ``prim::TupleUnpack``."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.p1 = nn.MaxPool1d(2, return_indices=True)
+        self.p2 = nn.MaxPool2d(2, return_indices=True)
+        self.p3 = nn.MaxPool3d(2, return_indices=True)
+        self.a2 = nn.AdaptiveMaxPool2d((2, 3), return_indices=True)
+
+    def forward(self, x):
+        if self.kind == "first":
+            v1, i1 = self.p1(x.flatten(2))
+            v2, i2 = self.p2(x)
+            v3, i3 = self.p3(x.unsqueeze(1))
+            return i1 + 1, v1 * 2, i2 * 3, v2 - 1, i3 + 2, v3 * 3
+        if self.kind == "alone":
+            return self.p2(x)[1] + 1
+        v, i = self.a2(x)
+        return v * 2, i + 1
+
+
+@pytest.mark.parametrize("kind", ["first", "alone", "tuple"])
+def test_max_pool_modules_bind_outputs_by_declared_dtype(tmp_path, kind):
+    """Was: the values bound to the int64 output (a ShapeError on the dtype), or the tuple form
+    refused (prim::TupleUnpack). Against torch."""
+    from test_layers_misc import export_module
+
+    import kuiper_xp
+
+    torch.manual_seed(0)
+    m = IndicesFirst(kind).eval()
+    x = torch.randn(2, 3, 4, 6)
+    param = export_module(m, (x,), tmp_path)
+    with torch.no_grad():
+        want = m(x)
+    want = want if isinstance(want, tuple) else (want,)
+    got = kuiper_xp.load(param, backend="numpy")(x.numpy())
+    assert len(got) == len(want)
+    for k, (a, e) in enumerate(zip(got, want)):
+        assert np.asarray(a).dtype == e.numpy().dtype, f"output {k}"
+        assert_close(a, e.numpy(), rtol=1e-6, what=f"output {k}")

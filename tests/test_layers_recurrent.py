@@ -412,3 +412,25 @@ def test_lstm_with_one_tensor_as_both_states(model_backend, tmp_path_factory, ma
     assert any(line.startswith("nn.LSTM") and line.split()[2] == "2" for line in param.read_text().splitlines())
     for b in (1, 3):
         compare_graph(param, model_backend, module, make(b), rtol=1e-4)
+
+
+class StatesOutOfOrder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, batch_first=True)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        return y, c * 3, h + 1  # c_n read first: pnnx lists it before h_n
+
+
+def test_lstm_states_that_shapes_cannot_tell_apart_warn(tmp_path):
+    """h_n and c_n of one shape, listed in the order of first use: the file cannot say which is
+    which, and the layer says so (it used to swap them silently)."""
+    from test_layers_misc import export_module
+
+    torch.manual_seed(0)
+    param = export_module(StatesOutOfOrder().eval(), (torch.randn(2, 5, 4),), tmp_path,
+                          inputs2=(torch.randn(3, 7, 4),))
+    with pytest.warns(UserWarning, match="fit several readings of the results"):
+        kuiper_xp.load(param, backend="numpy")

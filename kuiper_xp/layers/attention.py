@@ -46,6 +46,7 @@ A row whose keys are all masked gives NaN, as torch's MultiheadAttention does.
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import Any
@@ -173,11 +174,17 @@ class MultiheadAttention(Layer):
             w["bias_k"] = xp.reshape(want("bias_k", (1, 1, E)), (1, 1, E))
             w["bias_v"] = xp.reshape(want("bias_v", (1, 1, E)), (1, 1, E))
         w["zero_attn"] = bool(op.param("add_zero_attn", bool, default=False))
-        roles = _output_roles(op, E)
+        batch_first = op.param("batch_first", bool, default=False)
+        roles, ambiguous = _output_roles(op, E, H, kdim, batch_first)
+        if ambiguous:
+            warnings.warn(
+                f"{op.where}: the declared shapes {[o.shape_str() for o in op.outputs]} do not tell the "
+                f"attention output from the attention weights (key length == embed_dim); taken in torch's "
+                f"order {list(roles)}. pnnx lists them in the order the model first uses them: read the "
+                "output first, or export with a key length other than embed_dim.", stacklevel=2)
         weights_rank = None
         if "weights" in roles and op.outputs[roles.index("weights")].shape is not None:
             weights_rank = len(op.outputs[roles.index("weights")].shape)
-        batch_first = op.param("batch_first", bool, default=False)
         layer = cls(ctx, where=op.where, embed_dim=E, num_heads=H, kdim=kdim, vdim=vdim,
                     batch_first=batch_first, w=w, n_outputs=len(op.outputs), weights_rank=weights_rank)
         layer.lone_mask = _lone_mask_role(op, E, batch_first)
@@ -370,26 +377,42 @@ class MultiheadAttention(Layer):
         return got[self.roles[0]] if len(self.roles) == 1 else tuple(got[r] for r in self.roles)
 
 
-def _output_roles(op: Any, E: int) -> tuple[str, ...]:
-    """The roles of a MultiheadAttention's outputs in the file's order: pnnx lists them in the
-    order the model first uses them, so the attention weights come first (or alone) when the
-    model reads them first (or only them). Told apart by the declared shapes: attn_output is
-    2-D or 3-D with embed_dim last (a fixed size even in a dynamic export); the weights end in
-    the key length (``?`` when it varies) or have one more axis (per head). torch's order when
-    the shapes do not tell."""
-    default = ("out", "weights")[:len(op.outputs)]
+def _output_roles(op: Any, E: int, H: int, kdim: int, batch_first: bool) -> tuple[tuple[str, ...], bool]:
+    """The roles of a MultiheadAttention's outputs in the file's order, and whether the
+    declared shapes left that open: pnnx lists the outputs in the order the model first uses
+    them, so the attention weights come first (or alone) when the model reads them first (or
+    only them). Told apart by the declared shapes against the query's (and key's): attn_output
+    ``(N, L, E)`` / ``(L, N, E)`` / ``(L, E)``, the weights ``(N, L, S)`` / ``(L, S)`` or per head
+    ``(N, H, L, S)`` / ``(H, L, S)`` (``?`` fits any size). Torch's order where several fit."""
+    n_out = len(op.outputs)
+    default = ("out", "weights")[:n_out]
     shapes = [o.shape for o in op.outputs]
-    if any(sh is None or len(sh) == 0 for sh in shapes):
-        return default
+    ins = [sh for sh in (i.shape for i in op.inputs) if sh is not None]
+    queries = [sh for sh in ins if len(sh) in (2, 3) and sh[-1] == E]
+    if any(sh is None or len(sh) == 0 for sh in shapes) or not queries:
+        return default, False
+    q = queries[0]
+    keys = [sh for sh in ins if len(sh) == len(q) and sh[-1] == kdim and sh is not q]
+    k = keys[0] if keys and (kdim != E or len(queries) > 1) else q
+    if len(q) == 3:
+        n, L = (q[0], q[1]) if batch_first else (q[1], q[0])
+        S = k[1] if batch_first else k[0]
+        want = {"out": [(n, L, E) if batch_first else (L, n, E)], "weights": [(n, L, S), (n, H, L, S)]}
+    else:
+        L, S = q[0], k[0]
+        want = {"out": [(L, E)], "weights": [(L, S), (H, L, S)]}
 
-    def surely_weights(sh: tuple) -> bool:
-        return len(sh) == 4 or sh[-1] != E
+    def fits(sh: tuple, role: str) -> bool:
+        if role == "out" and sh[-1] != E:  # (embed_dim is fixed: never '?' in the output's shape)
+            return False
+        return any(len(sh) == len(w) and all(a is None or b is None or a == b for a, b in zip(sh, w))
+                   for w in want[role])
 
-    if len(shapes) == 1:
-        return ("weights",) if surely_weights(shapes[0]) else ("out",)
-    if surely_weights(shapes[0]) and not surely_weights(shapes[1]):
-        return ("weights", "out")
-    return default
+    orders = [o for o in itertools.permutations(("out", "weights"), n_out)
+              if all(fits(sh, r) for sh, r in zip(shapes, o))]
+    if not orders:
+        return default, False
+    return orders[0], len(orders) > 1 and orders[0] != orders[1]
 
 
 def _lone_mask_role(op: Any, E: int, batch_first: bool) -> str | None:

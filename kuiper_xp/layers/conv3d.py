@@ -37,7 +37,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
-from .pooling import adaptive_slots
+from .pooling import adaptive_slots, index_outputs, ordered_results
 from .registry import register
 from .shape import runtime_ints
 
@@ -313,17 +313,18 @@ class MaxPool3d(_Pool3d):
     def __init__(self, ctx, kernel, stride, padding, dilation, ceil_mode, where, return_indices=False):
         super().__init__(ctx, kernel, stride, padding, dilation, ceil_mode, where)
         self.return_indices = return_indices
+        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
 
     @classmethod
     def from_operator(cls, op, ctx):
-        ri = op.param("return_indices", bool, default=False)
-        if len(op.outputs) != (2 if ri else 1):
-            raise LayerParameterError(f"{op.where}: return_indices={ri} needs {2 if ri else 1} output(s)")
-        return cls(ctx, *cls._window(op, True), op.param("ceil_mode", bool, default=False), op.where, ri)
+        ri, order = index_outputs(op, op.param("return_indices", bool, default=False))
+        layer = cls(ctx, *cls._window(op, True), op.param("ceil_mode", bool, default=False), op.where, ri)
+        layer.order = order
+        return layer
 
     def forward(self, x: Any) -> Any:
         if self.return_indices:
-            return self._with_indices(x)
+            return ordered_results(self.order, *self._with_indices(x))
         fast = getattr(self.backend.fast, "max_pool2d", None)
 
         def pool2d(x4, k, s, p, d):
@@ -394,16 +395,17 @@ class _Adaptive3d(Layer):
     def __init__(self, ctx: BuildContext, size, return_indices: bool, where: str, slots: dict[str, int]):
         super().__init__(ctx)
         self.size, self.return_indices, self.where, self.slots = size, return_indices, where, slots
+        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
 
     @classmethod
     def from_operator(cls, op, ctx):
-        ri = op.param("return_indices", bool, default=False)
-        if len(op.outputs) != (2 if ri else 1):
-            raise LayerParameterError(f"{op.where}: return_indices={ri} needs {2 if ri else 1} output(s)")
+        ri, order = index_outputs(op, op.param("return_indices", bool, default=False))
         slots = adaptive_slots(op)
         size = None if "output_size" in slots else _adaptive_size(
             op.param("output_size", list), f"{op.where}: output_size", LayerParameterError)
-        return cls(ctx, size, ri, op.where, slots)
+        layer = cls(ctx, size, ri, op.where, slots)
+        layer.order = order
+        return layer
 
     def _operands(self, inputs: tuple) -> tuple[Any, tuple]:
         """The input and its output size (the parameter, or the ``$output_size`` operand pnnx
@@ -463,4 +465,4 @@ class AdaptiveMaxPool3d(_Adaptive3d):
                     idxs.append((d0 + r // (bh * bw)) * (h * w) + (h0 + (r // bw) % bh) * w + (w0 + r % bw))
         v = xp.reshape(xp.stack(vals, axis=2), (n, c, od, oh, ow))
         i = xp.reshape(xp.stack(idxs, axis=2), (n, c, od, oh, ow))
-        return (v[0, ...], i[0, ...]) if unbatched else (v, i)
+        return ordered_results(self.order, *((v[0, ...], i[0, ...]) if unbatched else (v, i)))

@@ -34,6 +34,36 @@ def _n_outputs(op, return_indices: bool) -> None:
                                   f"the operator has {len(op.outputs)}")
 
 
+def index_outputs(op, return_indices: bool) -> tuple[bool, tuple[str, ...]]:
+    """``(return_indices, what each output is)`` for a max pool, from the declared dtypes: pnnx
+    lists a module's results in the order the model first uses them (``nn.MaxPool2d(...,
+    return_indices=True)`` with the indices read first: the int64 output first) and writes the
+    indices alone as one int64 output with ``return_indices=False``. Torch's order (values,
+    indices) where the dtypes do not say otherwise."""
+    outs = op.outputs
+    is_index = [(o.array_dtype or "").startswith(("int", "uint")) for o in outs]
+    if len(outs) == 1 and is_index[0]:
+        return True, ("indices",)
+    if (len(outs) == 1 and return_indices and outs[0].array_dtype is None and outs[0].consumers
+            and all(c.type == "prim::TupleUnpack" for c in outs[0].consumers)):
+        return True, ("pair",)  # (one tuple value, unpacked by a prim::TupleUnpack: adaptive modules)
+    if len(outs) == 2 and (return_indices or any(is_index)):
+        return True, ("indices", "values") if is_index[0] and not is_index[1] else ("values", "indices")
+    _n_outputs(op, return_indices)
+    return return_indices, ("values", "indices") if return_indices else ("values",)
+
+
+def ordered_results(order: tuple[str, ...], values: Any, indices: Any) -> Any:
+    """A max pool's results in the file's output order (see :func:`index_outputs`)."""
+    if order == ("values", "indices"):
+        return values, indices
+    if order == ("indices",):
+        return indices
+    if order == ("pair",):
+        return (values, indices)
+    return indices, values
+
+
 class _PoolBase(SpatialLayer):
     nd = 2
 
@@ -64,6 +94,7 @@ class MaxPool(_PoolBase):
         self.nd = nd
         self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
         self.ceil_mode, self.return_indices = ceil_mode, return_indices
+        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
         self._fast = None if return_indices else getattr(ctx.fast, "max_pool2d", None)
 
     @classmethod
@@ -71,9 +102,10 @@ class MaxPool(_PoolBase):
         nd = _dims(op)
         kernel, stride, padding, dilation = _window(op, nd, True)
         ceil_mode = op.param("ceil_mode", bool, default=False)
-        ri = op.param("return_indices", bool, default=False)
-        _n_outputs(op, ri)
-        return cls(ctx, nd, kernel, stride, padding, dilation, ceil_mode, ri)
+        ri, order = index_outputs(op, op.param("return_indices", bool, default=False))
+        layer = cls(ctx, nd, kernel, stride, padding, dilation, ceil_mode, ri)
+        layer.order = order
+        return layer
 
     def forward(self, x: Any) -> Any:
         x4, unbatched = self._as4d(x)
@@ -88,7 +120,7 @@ class MaxPool(_PoolBase):
         out = fn.max_pool2d(x4, self.kernel, self.stride, self.padding, self.dilation, self.ceil_mode,
                             self.return_indices, xp=self.xp)
         if self.return_indices:
-            return self._from4d(out[0], unbatched), self._from4d(out[1], unbatched)
+            return ordered_results(self.order, self._from4d(out[0], unbatched), self._from4d(out[1], unbatched))
         return self._from4d(out, unbatched)
 
 
@@ -209,21 +241,23 @@ class AdaptiveMaxPool(_AdaptiveBase):
     def __init__(self, ctx, nd, output_size, slots, return_indices):
         super().__init__(ctx, nd, output_size, slots)
         self.return_indices = return_indices
+        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
 
     @classmethod
     def from_operator(cls, op, ctx):
         nd = _dims(op)
-        ri = op.param("return_indices", bool, default=False)
-        _n_outputs(op, ri)
+        ri, order = index_outputs(op, op.param("return_indices", bool, default=False))
         slots = adaptive_slots(op)
-        return cls(ctx, nd, _output_size(op, nd, slots), slots, ri)
+        layer = cls(ctx, nd, _output_size(op, nd, slots), slots, ri)
+        layer.order = order
+        return layer
 
     def forward(self, *inputs: Any) -> Any:
         x, size = self._operands(inputs)
         x4, unbatched = self._as4d(x)
         out = fn.adaptive_max_pool2d(x4, self._out_hw(x4, size), self.return_indices, xp=self.xp)
         if self.return_indices:
-            return self._from4d(out[0], unbatched), self._from4d(out[1], unbatched)
+            return ordered_results(self.order, self._from4d(out[0], unbatched), self._from4d(out[1], unbatched))
         return self._from4d(out, unbatched)
 
 

@@ -25,7 +25,8 @@ pnnx spellings (torch 2.13 exports):
   D*H_out)`` / ``(L, D*H_out)``, h_n ``(D*num_layers, N, H_out)``, c_n ``(D*num_layers, N,
   hidden_size)``; ``?`` fits any size, but where the input's batch or length is ``?`` so is
   the output's, which tells a ``(1, ?, H)`` h_n from a batch_first output), and by position,
-  in torch's order (output, h_n, c_n), only where the shapes cannot decide. Not recoverable: which of h_n and c_n an LSTM
+  in torch's order (output, h_n, c_n), only where the shapes cannot decide (with a warning at
+  load). Not recoverable: which of h_n and c_n an LSTM
   without projection gives when the model uses c_n before h_n, or c_n alone (pnnx writes the
   same line as for h_n, c_n / h_n alone), and output against h_n when they share a shape
   (sequence length == num_layers, one direction, 2-D, or 3-D with batch_first=False).
@@ -47,6 +48,7 @@ cast once per dtype).
 from __future__ import annotations
 
 import itertools
+import warnings
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -217,9 +219,18 @@ class _Recurrent(Layer):
                 return not batched_in and fits(shape, (n_states, h))
             return fits(shape, (n_states, n, h))
 
-        for order in itertools.permutations(names, n_out):  # torch's order first
-            if all(can_be(o.shape, r) for o, r in zip(op.outputs, order)):
-                return list(order)
+        fitting = [order for order in itertools.permutations(names, n_out)  # torch's order first
+                   if all(can_be(o.shape, r) for o, r in zip(op.outputs, order))]
+        if fitting:
+            if len(fitting) > 1 and all(o.shape is not None for o in op.outputs):
+                # (pnnx lists the results in the order of first use: the shapes cannot say which)
+                warnings.warn(
+                    f"{op.where}: the declared shapes {[o.shape_str() for o in op.outputs]} fit several "
+                    f"readings of the results ({', '.join('(' + ', '.join(f) + ')' for f in fitting)}); "
+                    f"taken as ({', '.join(fitting[0])}). pnnx lists them in the order the model first uses "
+                    "them and writes c_n alone like h_n: use h_n before c_n, or give the states sizes "
+                    "that differ (proj_size, a sequence length other than num_layers).", stacklevel=2)
+            return list(fitting[0])
         shapes = [o.shape_str() for o in op.outputs]
         raise LayerParameterError(f"{op.where}: output shapes {shapes} do not fit {list(names)} (output "
                                   f"(..., {out_features}), states ({n_states}, ..., {h_out}))")

@@ -558,10 +558,11 @@ class AtenChunk(ShapeLayer):
         return [x[head + (slice(a, b),)] for a, b in chunk_bounds(x.shape[d], k)]
 
 
-@register("prim::ListUnpack")
+@register("prim::ListUnpack", "prim::TupleUnpack")
 class ListUnpack(ShapeLayer):
-    """The items of a list value (``aten::unsafe_chunk``'s pieces, a list expression) as the
-    operator's outputs; their number must match."""
+    """The items of a list value (``aten::unsafe_chunk``'s pieces, a list expression) or of a
+    tuple (``nn.AdaptiveMaxPool2d(..., return_indices=True)``'s (values, indices), which pnnx
+    leaves as one value) as the operator's outputs; their number must match."""
 
     def __init__(self, ctx: BuildContext, n_out: int):
         super().__init__(ctx)
