@@ -210,6 +210,11 @@ class _Recurrent(Layer):
         def can_be(shape: Any, role: str) -> bool:
             if shape is None:
                 return True
+            # (sizes fixed by the weights are never '?': a state's first and last, the output's last)
+            if role == "output" and shape[-1] != out_features:
+                return False
+            if role != "output" and (shape[0] != n_states or shape[-1] != (h_out if role == "h_n" else h_cell)):
+                return False
             if role == "output":
                 if len(shape) == 2:
                     return not batched_in and fits(shape, (seq, out_features))
@@ -222,8 +227,11 @@ class _Recurrent(Layer):
         fitting = [order for order in itertools.permutations(names, n_out)  # torch's order first
                    if all(can_be(o.shape, r) for o, r in zip(op.outputs, order))]
         if fitting:
-            if len(fitting) > 1 and all(o.shape is not None for o in op.outputs):
-                # (pnnx lists the results in the order of first use: the shapes cannot say which)
+            first = fitting[0]
+            if len(fitting) > 1 and "output" in first and first.index("output") > 0:
+                # (pnnx listed the results in the order of first use, as a state before the
+                # output shows, and the states' shapes cannot say which is which; with the output
+                # first there is no such sign, and torch's order is taken silently)
                 warnings.warn(
                     f"{op.where}: the declared shapes {[o.shape_str() for o in op.outputs]} fit several "
                     f"readings of the results ({', '.join('(' + ', '.join(f) + ')' for f in fitting)}); "
