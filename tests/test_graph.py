@@ -9,7 +9,7 @@ from torch import nn
 
 import kuiper_xp
 from kuiper_xp import Graph, GraphState
-from kuiper_xp.errors import GraphError, InputError
+from kuiper_xp.errors import GraphError, InputError, ShapeError
 
 
 class Chain(nn.Module):
@@ -178,6 +178,20 @@ def test_outputs_are_checked_against_the_annotations_on_every_shape(tmp_path):
     g = kuiper_xp.load(p, backend="numpy")
     with pytest.raises(ShapeError, match="has dtype float32, the model declares float16"):
         g(x2)
+
+
+def test_expression_dtype_lost_by_pnnx_says_why(tmp_path):
+    """``n - torch.tensor(1.5, dtype=torch.float64)`` on an int tensor: pnnx writes the constant
+    as a bare literal (float32 arithmetic) but declares torch's float64; the error says so."""
+    text = ("7767517\n3 2\n"
+            "pnnx.Input in0 0 1 0 #0=(2,3)i64\n"
+            "pnnx.Expression e 1 1 0 1 expr=sub(@0,1.5) #0=(2,3)i64 #1=(2,3)f64\n"
+            "pnnx.Output out 1 0 1\n")
+    p = tmp_path / "m.pnnx.param"
+    p.write_text(text)
+    g = kuiper_xp.load(p, backend="numpy")
+    with pytest.raises(ShapeError, match=r"has dtype float32, the model declares float64 \(pnnx writes a 0-d constant"):
+        g(np.arange(6, dtype=np.int64).reshape(2, 3))
 
 
 class SharedModules(nn.Module):

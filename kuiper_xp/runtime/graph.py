@@ -1028,6 +1028,11 @@ def _check_output(r: RuntimeOperator, operand: Operand, value: Any, rank_only: b
             if r.type == "pnnx.Expression" and want.startswith("float") and not got.startswith(("float", "complex")):
                 hint = (" (pnnx drops a multiplication of a boolean or integer tensor by 1.0, and some casts, "
                         "leaving the dtype it declares: write mask.float() or .to(dtype) in the model)")
+            elif r.type == "pnnx.Expression":
+                hint = (" (pnnx writes a 0-d constant tensor, torch.tensor(1.5, dtype=torch.float64), as a bare "
+                        "literal that loses its dtype, and folds away identity arithmetic that promoted one "
+                        "(x * torch.ones_like(y), x - torch.zeros(..., dtype=...)): cast explicitly with .to(dtype) "
+                        "in the model)")
             raise ShapeError(f"{r.op.where}: output {operand.name!r} has dtype {got}, "
                              f"the model declares {want}{hint}")
 
