@@ -116,7 +116,6 @@ class MultiheadAttention(Layer):
         self.scale = 1.0 / math.sqrt(self.D)
         self.batch_first = batch_first
         self.w = w
-        self.n_outputs = n_outputs
         self.weights_rank = weights_rank
         self._attention = getattr(ctx.fast, "attention", None)
         self.lone_mask: str | None = None  # a lone 2-D mask's role by the declared shapes
@@ -412,7 +411,7 @@ def _output_roles(op: Any, E: int, H: int, kdim: int, batch_first: bool) -> tupl
               if all(fits(sh, r) for sh, r in zip(shapes, o))]
     if not orders:
         return default, False
-    return orders[0], len(orders) > 1 and orders[0] != orders[1]
+    return orders[0], len(orders) > 1
 
 
 def _lone_mask_role(op: Any, E: int, batch_first: bool) -> str | None:
