@@ -311,3 +311,26 @@ def test_aten_instance_norm_matches_torch(model_backend, tmp_path):
     param = export_module(module, inputs, tmp_path)
     assert "aten::instance_norm" in param.read_text(), "pnnx no longer leaves aten::instance_norm"
     compare_graph(param, model_backend, module, inputs)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape, groups", [((3, 8, 6, 7), 4), ((2, 6, 5), 3), ((1, 32, 16, 16), 8)])
+def test_numpy_fast_group_norm_silu_from_the_negated_affine(dtype, shape, groups):
+    """GroupNorm with SiLU fused computes SiLU from the negated affine (one pass fewer): bit for
+    bit the same as the affine then the SiLU kernel, and torch's values, with +-inf and NaN in
+    one group (NaN there, as in torch) and without weight or bias."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    x[0, 0].reshape(-1)[:3] = [np.inf, -np.inf, np.nan]
+    w, b = rng.standard_normal(shape[1]).astype(dtype), rng.standard_normal(shape[1]).astype(dtype)
+    for wb in ((w, b), (None, b), (w, None), (None, None)):
+        got = in_fast_scope(nf, lambda wb=wb: nf.group_norm(x, groups, *wb, activation="silu"))
+        sep = in_fast_scope(nf, lambda wb=wb: nf.activation_inplace(nf.group_norm(x, groups, *wb), "silu"))
+        assert np.array_equal(got, sep, equal_nan=True)
+        t = [None if a is None else torch.from_numpy(a) for a in wb]
+        want = F.silu(F.group_norm(torch.from_numpy(x), groups, *t)).numpy()
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
