@@ -155,6 +155,13 @@ def test_intermediates_are_released_after_last_use(chain_param):
     assert refs[0]() is None  # the first ReLU's output was dropped once the Sigmoid consumed it
 
 
+def _load_text(tmp_path, text):
+    """A graph from ``.pnnx.param`` text written to ``tmp_path`` (numpy backend), and its path."""
+    p = tmp_path / "m.pnnx.param"
+    p.write_text(text)
+    return kuiper_xp.load(p, backend="numpy"), p
+
+
 def test_outputs_are_checked_against_the_annotations_on_every_shape(tmp_path):
     """Each step's output is checked against its ``#`` annotation; a shape that passed once is
     not re-checked, but a new one is (a later batch against a fixed annotated dim), and a dtype
@@ -165,9 +172,7 @@ def test_outputs_are_checked_against_the_annotations_on_every_shape(tmp_path):
             "pnnx.Input in0 0 1 0 #0=(?,3)f32\n"
             "nn.ReLU relu 1 1 0 1 #1=(2,3)f32\n"
             "pnnx.Output out 1 0 1\n")
-    p = tmp_path / "m.pnnx.param"
-    p.write_text(text)
-    g = kuiper_xp.load(p, backend="numpy")
+    g, p = _load_text(tmp_path, text)
     x2 = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
     for _ in range(2):
         np.testing.assert_array_equal(g(x2)[0], np.maximum(x2, 0))
@@ -187,9 +192,7 @@ def test_expression_dtype_lost_by_pnnx_says_why(tmp_path):
             "pnnx.Input in0 0 1 0 #0=(2,3)i64\n"
             "pnnx.Expression e 1 1 0 1 expr=sub(@0,1.5) #0=(2,3)i64 #1=(2,3)f64\n"
             "pnnx.Output out 1 0 1\n")
-    p = tmp_path / "m.pnnx.param"
-    p.write_text(text)
-    g = kuiper_xp.load(p, backend="numpy")
+    g, _ = _load_text(tmp_path, text)
     with pytest.raises(ShapeError, match=r"has dtype float32, the model declares float64 \(pnnx writes a 0-d constant"):
         g(np.arange(6, dtype=np.int64).reshape(2, 3))
 

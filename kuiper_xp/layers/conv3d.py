@@ -310,17 +310,16 @@ class MaxPool3d(_Pool3d):
     each maximum: the (H, W) pass's indices picked at the depth the second pass chose (the first
     maximum in (d, h, w) order, as torch scans)."""
 
-    def __init__(self, ctx, kernel, stride, padding, dilation, ceil_mode, where, return_indices=False):
+    def __init__(self, ctx, kernel, stride, padding, dilation, ceil_mode, where, return_indices=False,
+                 order: tuple[str, ...] | None = None):
         super().__init__(ctx, kernel, stride, padding, dilation, ceil_mode, where)
         self.return_indices = return_indices
-        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
+        self.order = order or (("values", "indices") if return_indices else ("values",))
 
     @classmethod
     def from_operator(cls, op, ctx):
         ri, order = index_outputs(op, op.param("return_indices", bool, default=False))
-        layer = cls(ctx, *cls._window(op, True), op.param("ceil_mode", bool, default=False), op.where, ri)
-        layer.order = order
-        return layer
+        return cls(ctx, *cls._window(op, True), op.param("ceil_mode", bool, default=False), op.where, ri, order)
 
     def forward(self, x: Any) -> Any:
         if self.return_indices:
@@ -392,10 +391,11 @@ def _adaptive_size(raw, what: str, err: type[Exception]) -> tuple[int | None, in
 
 
 class _Adaptive3d(Layer):
-    def __init__(self, ctx: BuildContext, size, return_indices: bool, where: str, slots: dict[str, int]):
+    def __init__(self, ctx: BuildContext, size, return_indices: bool, where: str, slots: dict[str, int],
+                 order: tuple[str, ...] | None = None):
         super().__init__(ctx)
         self.size, self.return_indices, self.where, self.slots = size, return_indices, where, slots
-        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
+        self.order = order or (("values", "indices") if return_indices else ("values",))
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -403,9 +403,7 @@ class _Adaptive3d(Layer):
         slots = adaptive_slots(op)
         size = None if "output_size" in slots else _adaptive_size(
             op.param("output_size", list), f"{op.where}: output_size", LayerParameterError)
-        layer = cls(ctx, size, ri, op.where, slots)
-        layer.order = order
-        return layer
+        return cls(ctx, size, ri, op.where, slots, order)
 
     def _operands(self, inputs: tuple) -> tuple[Any, tuple]:
         """The input and its output size (the parameter, or the ``$output_size`` operand pnnx

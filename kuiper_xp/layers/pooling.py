@@ -89,12 +89,13 @@ class MaxPool(_PoolBase):
     """torch ``max_pool1d/2d``: kernel, stride (None = kernel), padding (with -inf), dilation,
     ceil_mode; ``return_indices`` gives a second int64 output of flat ``h*W + w`` indices."""
 
-    def __init__(self, ctx: BuildContext, nd, kernel, stride, padding, dilation, ceil_mode, return_indices):
+    def __init__(self, ctx: BuildContext, nd, kernel, stride, padding, dilation, ceil_mode, return_indices,
+                 order: tuple[str, ...] | None = None):
         super().__init__(ctx)
         self.nd = nd
         self.kernel, self.stride, self.padding, self.dilation = kernel, stride, padding, dilation
         self.ceil_mode, self.return_indices = ceil_mode, return_indices
-        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
+        self.order = order or (("values", "indices") if return_indices else ("values",))
         self._fast = None if return_indices else getattr(ctx.fast, "max_pool2d", None)
 
     @classmethod
@@ -103,9 +104,7 @@ class MaxPool(_PoolBase):
         kernel, stride, padding, dilation = _window(op, nd, True)
         ceil_mode = op.param("ceil_mode", bool, default=False)
         ri, order = index_outputs(op, op.param("return_indices", bool, default=False))
-        layer = cls(ctx, nd, kernel, stride, padding, dilation, ceil_mode, ri)
-        layer.order = order
-        return layer
+        return cls(ctx, nd, kernel, stride, padding, dilation, ceil_mode, ri, order)
 
     def forward(self, x: Any) -> Any:
         x4, unbatched = self._as4d(x)
@@ -238,19 +237,17 @@ class AdaptiveMaxPool(_AdaptiveBase):
     """torch ``adaptive_max_pool1d/2d``; with ``return_indices`` (what pnnx writes for the
     functional form) a second int64 output of flat indices."""
 
-    def __init__(self, ctx, nd, output_size, slots, return_indices):
+    def __init__(self, ctx, nd, output_size, slots, return_indices, order: tuple[str, ...] | None = None):
         super().__init__(ctx, nd, output_size, slots)
         self.return_indices = return_indices
-        self.order: tuple[str, ...] = ("values", "indices") if return_indices else ("values",)
+        self.order = order or (("values", "indices") if return_indices else ("values",))
 
     @classmethod
     def from_operator(cls, op, ctx):
         nd = _dims(op)
         ri, order = index_outputs(op, op.param("return_indices", bool, default=False))
         slots = adaptive_slots(op)
-        layer = cls(ctx, nd, _output_size(op, nd, slots), slots, ri)
-        layer.order = order
-        return layer
+        return cls(ctx, nd, _output_size(op, nd, slots), slots, ri, order)
 
     def forward(self, *inputs: Any) -> Any:
         x, size = self._operands(inputs)
