@@ -271,3 +271,71 @@ def test_bin_that_is_not_a_zip(tmp_path):
 def test_every_error_here_is_a_kuiper_error():
     for cls in (BinFormatError, GraphError, ParamFormatError, UnsupportedOperatorError):
         assert issubclass(cls, KuiperXPError)
+
+
+# -- plausible files that do not add up (session 23's semantic mutations of real exports) --------
+
+def test_module_weight_given_also_as_input_is_refused(tmp_path):
+    """An nn.LayerNorm with its own @weight and a second input computed LN(x) * input + bias,
+    silently ignoring @weight (an nn.Linear given x twice computed x @ x^T): pnnx never writes
+    both, so the file is refused at load, naming the operator."""
+    rng = np.random.default_rng(0)
+    w = {"ln.weight": rng.standard_normal(6).astype(np.float32),
+         "ln.bias": rng.standard_normal(6).astype(np.float32)}
+    param = write_model(tmp_path, [
+        "pnnx.Input in0 0 1 0 #0=(?,6)f32",
+        "pnnx.Input in1 0 1 1 #1=(?,6)f32",
+        "nn.LayerNorm ln 2 1 0 1 2 elementwise_affine=True eps=1e-05 normalized_shape=(6) "
+        "@bias=(6)f32 @weight=(6)f32 #0=(?,6)f32 #1=(?,6)f32 #2=(?,6)f32",
+        "pnnx.Output out 1 0 2"], weights=w)
+    with pytest.raises(KuiperXPError, match=r"nn.LayerNorm 'ln'.*'weight' is given twice"):
+        load(param)
+    w = {"fc.weight": rng.standard_normal((4, 4)).astype(np.float32),
+         "fc.bias": rng.standard_normal(4).astype(np.float32)}
+    param = write_model(tmp_path, [
+        "pnnx.Input in0 0 1 0 #0=(4,4)f32",
+        "nn.Linear fc 2 1 0 0 1 bias=True in_features=4 out_features=4 @bias=(4)f32 @weight=(4,4)f32 "
+        "#0=(4,4)f32 #1=(4,4)f32",
+        "pnnx.Output out 1 0 1"], weights=w, name="fc")
+    with pytest.raises(KuiperXPError, match=r"nn.Linear 'fc'.*'weight' is given twice"):
+        load(param)
+
+
+@pytest.mark.parametrize("line,n", [
+    ("F.relu r 2 1 0 0 1 #0=(1,3,4,4)f32 #1=(1,3,4,4)f32", 2),
+    ("F.softmax s 0 1 1 dim=1 #1=(1,3,4,4)f32", 0),
+])
+def test_wrong_number_of_inputs_is_refused_at_load(tmp_path, line, n):
+    """Was found only at the first call, as a TypeError from inside the layer."""
+    param = write_model(tmp_path, ["pnnx.Input in 0 1 0 #0=(1,3,4,4)f32", line, "pnnx.Output out 1 0 1"])
+    with pytest.raises(KuiperXPError, match=rf"gives it {n} input\(s\); F\.\w+ takes 1"):
+        load(param)
+
+
+def test_group_norm_weight_of_the_wrong_length_is_refused_at_load(tmp_path):
+    param = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0 #0=(1,4,3,3)f32",
+        "nn.GroupNorm gn 1 1 0 1 affine=True eps=1e-05 num_channels=4 num_groups=2 @bias=(4)f32 "
+        "@weight=(3)f32 #0=(1,4,3,3)f32 #1=(1,4,3,3)f32",
+        "pnnx.Output out 1 0 1"], weights={"gn.weight": np.ones(3, np.float32), "gn.bias": np.zeros(4, np.float32)})
+    with pytest.raises(KuiperXPError, match=r"nn.GroupNorm 'gn'.*@weight has shape \(3,\), expected \(4,\)"):
+        load(param)
+
+
+def test_none_parameter_takes_torchs_default(tmp_path):
+    """``count_include_pad=None`` was read as False (torch's default is True) and
+    ``negative_slope=None`` failed inside the fusion pass with a TypeError: None now means the
+    parameter's default, as in torch's own ``align_corners=None``."""
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(1).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    param = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0 #0=(1,2,5,5)f32",
+        "F.avg_pool2d p 1 1 0 1 ceil_mode=False count_include_pad=None divisor_override=None "
+        "kernel_size=(3,3) padding=(1,1) stride=(2,2) #0=(1,2,5,5)f32 #1=(1,2,3,3)f32",
+        "F.leaky_relu r 1 1 1 2 negative_slope=None #1=(1,2,3,3)f32 #2=(1,2,3,3)f32",
+        "pnnx.Output out 1 0 2"])
+    want = torch.nn.functional.leaky_relu(torch.nn.functional.avg_pool2d(
+        torch.from_numpy(x), 3, 2, 1, count_include_pad=True)).numpy()
+    for fuse in (True, False):
+        got = kuiper_xp.load(param, backend="numpy", fuse=fuse)(x)[0]
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-7)

@@ -24,6 +24,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, SpatialLayer, apply_plain_spec, checked_activation, is_plain_spec
+from .misc import refuse_weight_twice
 from .registry import register
 
 
@@ -48,6 +49,7 @@ def _operand_slots(op, names: tuple[str, ...]) -> dict[str, int]:
             slots[free.pop(0)] = i
     if "input" not in slots:
         raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
+    refuse_weight_twice(op, slots)
     return slots
 
 

@@ -10,6 +10,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
+from .misc import refuse_weight_twice
 from .registry import register
 
 
@@ -24,6 +25,7 @@ def _slots(op, names: tuple[str, ...]) -> dict[str, int]:
             slots[free.pop(0)] = i
     if "input" not in slots:
         raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
+    refuse_weight_twice(op, slots)
     return slots
 
 

@@ -51,7 +51,21 @@ def input_slots(op: Any, names: Sequence[str]) -> dict[str, int]:
         raise LayerParameterError(f"{op.where}: {n} inputs, but this operator takes at most {list(names)}")
     for i, key in zip(unnamed, free):
         slots[key] = i
+    refuse_weight_twice(op, slots)
     return slots
+
+
+def refuse_weight_twice(op: Any, slots: dict[str, int]) -> None:
+    """Refuse an operator given a weight both as its own ``@name`` and as an input for the same
+    slot (``nn.LayerNorm`` with an extra input, say): pnnx never writes that (a tied weight comes
+    as a ``pnnx.Attribute`` operand, which the runtime folds first), and taking either one would
+    silently ignore the other."""
+    attrs = getattr(op, "attrs", None) or {}
+    for key, i in slots.items():
+        if key in attrs:
+            raise LayerParameterError(
+                f"{op.where}: {key!r} is given twice, as the weight @{key} and as input {i} "
+                f"(operand {op.inputs[i].name!r}); a file from pnnx has one or the other")
 
 
 def to_int(v: Any, what: str = "value") -> int:

@@ -186,6 +186,10 @@ class GroupNorm(FusesActivation, _NormBase):
         slots = input_slots(op, ("input", "weight", "bias"))
         w, wp = _weight_or_input(op, ctx, "weight", slots)
         b, bp = _weight_or_input(op, ctx, "bias", slots)
+        for name, a in (("weight", w), ("bias", b)):
+            if a is not None and (len(a.shape) != 1 or (channels is not None and a.shape[0] != channels)):
+                raise LayerParameterError(f"{op.where}: @{name} has shape {tuple(a.shape)}, expected "
+                                          f"({channels if channels is not None else 'num_channels'},)")
         return cls(ctx, w, wp, b, bp, op.where, groups, op.param("eps", float, default=1e-5))
 
     def forward(self, x: Any, *rest: Any) -> Any:

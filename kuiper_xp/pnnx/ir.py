@@ -111,7 +111,9 @@ class Operator:
 
         ``kind`` is ``int``, ``float``, ``bool``, ``str``, ``list``/``tuple`` (any items), or
         ``(int,)`` / ``(float,)`` for a tuple of that item type (a scalar is promoted to a
-        1-tuple). ``None`` in the file becomes None. Errors name the op, the key and the value.
+        1-tuple). ``None`` in the file becomes None, or ``default`` where one other than None is
+        given (as torch reads ``align_corners=None``; a layer never sees None where it expects a
+        value). Errors name the op, the key and the value.
         """
         if key not in self.params:
             if default is _MISSING:
@@ -120,6 +122,8 @@ class Operator:
                 )
             return default
         value = self.params[key]
+        if value is None and default is not _MISSING and default is not None:
+            return default
         if kind is None or value is None:
             return value
         try:

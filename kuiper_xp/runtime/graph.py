@@ -15,6 +15,8 @@ we bound the live set). ``forward()`` runs the order and returns the graph outpu
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 import os
 import threading
@@ -29,6 +31,7 @@ from kuiper_xp.errors import (
     GraphError,
     InputError,
     KuiperXPError,
+    LayerParameterError,
     ShapeError,
     UnsupportedOperatorError,
 )
@@ -322,6 +325,7 @@ class Graph:
                 last_use[s] = i
         for i, r in enumerate(steps):
             r.release = tuple(s for s in set(r.in_ids) if last_use.get(s) == i and s not in keep)
+            _check_arity(r)
         produced = {s for r in steps for s in r.out_ids} | set(self._input_ids)
         for s in self._output_ids:
             if s not in produced:
@@ -991,6 +995,33 @@ def _index_limit(op: Operator, operand: Operand) -> int | None:
             n = int(e) if e.isdigit() else None
         return n if isinstance(n, int) and n > 0 else None
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def _arity(forward_owner: type) -> tuple[int, float]:
+    """(fewest, most) positional inputs a layer class's ``forward`` takes."""
+    try:
+        sig = inspect.signature(forward_owner.forward)
+    except (TypeError, ValueError):
+        return 0, math.inf
+    params = list(sig.parameters.values())[1:]  # (self)
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        most: float = math.inf
+    else:
+        most = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    fewest = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+    return fewest, most
+
+
+def _check_arity(r: Any) -> None:
+    """Refuse, at build, an operator given more or fewer inputs than its layer takes (a file
+    with ``F.relu`` on two inputs failed at the first call inside the layer)."""
+    fewest, most = _arity(type(r.layer))
+    n = len(r.in_ids)
+    if not fewest <= n <= most:
+        takes = (f"{fewest}" if fewest == most else f"at least {fewest}" if most == math.inf
+                 else f"{fewest} to {most}")
+        raise LayerParameterError(f"{r.op.where}: the file gives it {n} input(s); {r.op.type} takes {takes}")
 
 
 def _data_dependent_operands(compute: list[RuntimeOperator]) -> set[str]:
