@@ -339,3 +339,20 @@ def test_none_parameter_takes_torchs_default(tmp_path):
     for fuse in (True, False):
         got = kuiper_xp.load(param, backend="numpy", fuse=fuse)(x)[0]
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("line,msg", [
+    ("nn.Conv1d c 1 1 0 1 bias=False dilation=(1) groups=4 in_channels=4 kernel_size=(3) out_channels=4 "
+     "padding=(100000000) padding_mode=zeros stride=(1) @weight=(4,1,3)f32 #0=(?,4,8,8)f32 #1=(?,4,8,8)f32",
+     r"give an output length of 200000006 for the declared input length 8; the file declares 8"),
+    ("F.upsample up 1 1 0 1 align_corners=False mode=bilinear size=(40000,40000) $input=0 "
+     "#0=(?,4,8,8)f32 #1=(?,4,16,16)f32", r"size=\[40000, 40000\] but the file declares the output \(\?, 4, 16, 16\)"),
+])
+def test_parameters_that_contradict_declared_sizes_are_refused_before_allocating(tmp_path, line, msg):
+    """A padding of 10**8 or an upsampling size of 40000x40000 in a file that declares small
+    outputs asked numpy for gigabytes at the first call; refused at load now."""
+    line = line.replace("#0=(?,4,8,8)f32 #1=(?,4,8,8)f32", "#0=(?,4,8)f32 #1=(?,4,8)f32")
+    param = write_model(tmp_path, ["pnnx.Input in 0 1 0 " + line.split()[-2], line,
+                                   "pnnx.Output out 1 0 1"], weights={"c.weight": np.ones((4, 1, 3), np.float32)})
+    with pytest.raises(KuiperXPError, match=msg):
+        load(param)

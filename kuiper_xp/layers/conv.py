@@ -216,10 +216,32 @@ class Convolution(_ConvBase):
             ks = op.ints("kernel_size", nd, default=None)
             kernel = None if ks is None else _to2(ks, nd, 1)
         pads = cls._pads(op, nd, kernel, stride, dilation, weight_known=weight is not None)
+        cls._check_declared_size(op, slots, nd, kernel, stride, dilation, pads)
         in_channels = None if weight is None else weight.shape[1] * groups
         return cls(ctx, nd=nd, weight=weight, bias=bias, stride=stride, dilation=dilation, groups=groups,
                    pads=pads, padding_mode=mode, slots=slots, in_channels=in_channels,
                    input_hw=cls._input_hw(op, slots, nd, pads, mode))
+
+    @staticmethod
+    def _check_declared_size(op, slots, nd, kernel, stride, dilation, pads):
+        """Refuse parameters that do not give the output size the file declares for the
+        declared input size (a padding of 10**8 asked for gigabytes before any check)."""
+        shapes = [op.inputs[slots["input"]].shape if slots["input"] < len(op.inputs) else None,
+                  op.outputs[0].shape if op.outputs else None]
+        if kernel is None or pads == "same" or None in shapes or len(shapes[0]) != len(shapes[1]) \
+                or len(shapes[0]) < nd + 1:
+            return
+        (ih, iw), (oh, ow) = ((((1,) + tuple(sh[-1:])) if nd == 1 else tuple(sh[-2:])) for sh in shapes)
+        for a, (i, o) in enumerate(((ih, oh), (iw, ow))):
+            if i is None or o is None:
+                continue
+            want = (i + sum(pads[a]) - dilation[a] * (kernel[a] - 1) - 1) // stride[a] + 1
+            if want != o:
+                axis = "length" if nd == 1 else ("height", "width")[a]
+                raise LayerParameterError(
+                    f"{op.where}: kernel {kernel[a]}, stride {stride[a]}, padding {pads[a]}, dilation "
+                    f"{dilation[a]} give an output {axis} of {want} for the declared input {axis} {i}; "
+                    f"the file declares {o}")
 
     @staticmethod
     def _input_hw(op, slots, nd, pads, mode):

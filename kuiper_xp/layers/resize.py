@@ -325,6 +325,21 @@ def _expand(value: Any, n: int, what: str, where: str) -> tuple:
     return seq
 
 
+def _check_declared_size(op: Any, size: Any) -> None:
+    """Refuse a ``size`` parameter other than the output size the file declares (a size of
+    40000x40000 on a declared 8x8 output asked for 24 GiB before any check)."""
+    out = op.outputs[0].shape if op.outputs else None
+    if size is None or out is None:
+        return
+    size = size if isinstance(size, list) else [size] * max(1, len(out) - 2)
+    if len(out) < len(size):
+        return
+    for want, got in zip(size, out[len(out) - len(size):]):
+        if got is not None and want != got:
+            raise LayerParameterError(f"{op.where}: parameter size={size} but the file declares the output "
+                                      "(" + ", ".join("?" if d is None else str(d) for d in out) + ")")
+
+
 @register("nn.Upsample", "F.upsample", "F.interpolate", "F.upsample_nearest", "F.upsample_bilinear",
           "nn.UpsamplingNearest2d", "nn.UpsamplingBilinear2d")
 class Interpolate(Layer):
@@ -371,6 +386,7 @@ class Interpolate(Layer):
         if size is None and scale is None and size_pos is None:
             raise LayerParameterError(f"{op.where}: either size or scale_factor is needed")
         recompute = op.param("recompute_scale_factor", bool, default=None) or False
+        _check_declared_size(op, size)
         return cls(ctx, mode, align, size, scale, recompute, size_pos, op.where, slots.get("input", 0))
 
     def _plan(self, in_sizes: tuple[int, ...], out_sizes: tuple[int, ...], scales: tuple, dtype: Any) -> tuple:
