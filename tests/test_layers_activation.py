@@ -683,3 +683,29 @@ def test_numba_silu_sigmoid_match_torch(monkeypatch, name, fn):
     np.testing.assert_allclose(got[normal], want[normal], rtol=2.5e-7, atol=0)
     np.testing.assert_allclose(got[~normal], want[~normal], rtol=0, atol=1e-36)
     np.testing.assert_allclose(x64, fn(torch.from_numpy(x.astype(np.float64))).numpy(), rtol=1e-12, atol=1e-300)
+
+
+class _SignedZeros(nn.Module):
+    def forward(self, x, y):
+        return (1 / torch.remainder(x, y), 1 / torch.remainder(x, 0.5), 1 / torch.remainder(-1.5, y),
+                1 / F.elu(x), 1 / F.celu(x, 0.7), 1 / F.selu(x))
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_signed_zeros_as_torch(tmp_path, fuse):
+    """An exact zero remainder takes the dividend's sign (numpy gives the divisor's), and
+    ELU/CELU/SELU of -0.0 are -0.0: through 1/x the sign decides between -inf and +inf."""
+    x = torch.tensor([[-1.5, 1.5, -0.0, 0.0, -1.0, 2.5, 0.7, -0.3]])
+    y = torch.tensor([[0.5, -0.5, 0.5, -0.5, -0.5, 0.5, 0.25, -2.0]])
+    m = _SignedZeros().eval()
+    param = export_torch(m, (x, y), tmp_path, inputs2=(x.repeat(2, 1), y.repeat(2, 1)))
+    with torch.no_grad():
+        want = m(x, y)
+    got = kuiper_xp.load(param, backend="numpy", fuse=fuse)(x.numpy(), y.numpy())
+    assert len(got) == len(want)
+    for k, (a, e) in enumerate(zip(got, want)):
+        a, e = np.asarray(a), e.numpy()
+        inf = np.isinf(e)
+        assert np.array_equal(np.isinf(a), inf) and np.array_equal(np.sign(a[inf]), np.sign(e[inf])), \
+            f"output {k}: {a} against torch's {e}"
+        assert_close(a[~inf], e[~inf], rtol=1e-5, what=f"output {k}")

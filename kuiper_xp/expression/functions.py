@@ -147,7 +147,7 @@ def fmod(x: Any, y: Any, xp: Any) -> Any:
     if isinstance(r, (int, float)):  # pragma: no cover - both scalars are handled by the caller
         return math.fmod(x, y)
     if xp.isdtype(r.dtype, "real floating"):
-        return xp.copysign(r, x) if not _is_scalar(x) else (r if x >= 0 else -r)
+        return xp.copysign(r, x) if not _is_scalar(x) else (r if math.copysign(1.0, x) > 0 else -r)
     return xp.where(x < 0, -r, r) if not _is_scalar(x) else (r if x >= 0 else -r)
 
 
@@ -542,7 +542,18 @@ class ArrayOps:
             if b == 0:
                 raise OpError("remainder: division by zero")
             return a % b
-        return self._int_divmod(operator.mod, "remainder", a, b)
+        r = self._int_divmod(operator.mod, "remainder", a, b)
+        xp = self.xp
+        if not _is_scalar(r) and xp.isdtype(r.dtype, "real floating"):
+            # a zero remainder takes the dividend's sign in torch (fmod, then + b where the signs
+            # differ), the divisor's in numpy: 1 / remainder(-1.5, 0.5) is -inf in torch
+            if _is_scalar(a):
+                zero = -0.0 if math.copysign(1.0, a) < 0 else 0.0
+            else:
+                zero = xp.copysign(xp.zeros_like(r), a if xp.isdtype(a.dtype, "real floating")
+                                   else xp.astype(a, r.dtype))
+            r = xp.where(r == 0, zero, r)
+        return r
 
     def _int_divmod(self, op: Any, name: str, a: Any, b: Any) -> Any:
         if not self._ready(a, b):

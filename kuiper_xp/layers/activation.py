@@ -109,6 +109,12 @@ class _Unary(Layer):
     def _min0(self, x: Any) -> Any:
         return self.xp.minimum(x, self._const(0, x))
 
+    def _split_sign(self, x: Any) -> tuple[Any, Any]:
+        """(x > 0, x where not, else 0): the ELU family's branches as torch takes them, so that
+        -0.0 gives -0.0 (relu(x) + f(min(x, 0)) gave +0.0: 1 / elu(-0.0) was +inf, torch's -inf)."""
+        pos = x > 0
+        return pos, self.xp.where(pos, self._const(0, x), x)
+
     def _softplus(self, x: Any) -> Any:
         """log(1 + exp(x)) without overflow."""
         xp = self.xp
@@ -326,7 +332,8 @@ class ELU(_Unary):
 
     def forward(self, x: Any) -> Any:
         x = self._floating(x)
-        return self._relu(x) + self._expm1_neg(self._min0(x)) * self.alpha
+        pos, m = self._split_sign(x)
+        return self.xp.where(pos, x, self._expm1_neg(m) * self.alpha)
 
     def fusion_spec(self) -> Any:
         return ("elu", float(self.alpha), 1.0, 1.0)
@@ -349,7 +356,8 @@ class CELU(_Unary):
 
     def forward(self, x: Any) -> Any:
         x = self._floating(x)
-        return self._relu(x) + self._expm1_neg(self._min0(x) / self.alpha) * self.alpha
+        pos, m = self._split_sign(x)
+        return self.xp.where(pos, x, self._expm1_neg(m / self.alpha) * self.alpha)
 
     def fusion_spec(self) -> Any:
         return ("elu", float(self.alpha), 1.0, float(self.alpha))
@@ -361,7 +369,8 @@ class SELU(_Unary):
 
     def forward(self, x: Any) -> Any:
         x = self._floating(x)
-        return (self._relu(x) + self._expm1_neg(self._min0(x)) * _SELU_ALPHA) * _SELU_SCALE
+        pos, m = self._split_sign(x)
+        return self.xp.where(pos, x, self._expm1_neg(m) * _SELU_ALPHA) * _SELU_SCALE
 
     def fusion_spec(self) -> Any:
         return ("elu", float(_SELU_ALPHA), float(_SELU_SCALE), 1.0)
