@@ -12,6 +12,7 @@ import torch.nn as nn
 from conftest import assert_close
 from helpers import export_module, export_torch, make_layer, ref, run, run_graph, torch_outputs  # noqa: E402
 
+import kuiper_xp
 from kuiper_xp.errors import LayerParameterError, ShapeError
 
 BIG = 2147483647
@@ -709,3 +710,29 @@ def test_reshape_target_with_a_size_pnnx_froze_at_zero(model_backend, tmp_path):
     layer = make_layer(model_backend, "Tensor.reshape", "shape=(0,4)")
     with pytest.raises(ShapeError, match=r"cannot reshape an input of shape \(3, 3\)"):
         run(model_backend, layer, np.ones((3, 3), np.float32))  # (9 does not split into rows of 4)
+
+
+class _SizesFromShape(nn.Module):
+    """Sizes a pnnx.Expression computes from the input's shape, given as an input of the op:
+    ``$sizes`` (unflatten), ``$shifts`` (roll), ``$output_size`` (fold)."""
+
+    def forward(self, x):
+        u = x.flatten(1).unflatten(1, (x.size(1), -1))
+        r = torch.roll(x, (x.size(2) // 2, 1), (2, 3))
+        f = nn.functional.fold(nn.functional.unfold(x, 3, padding=1), output_size=x.shape[-2:], kernel_size=3,
+                               padding=1)
+        return u * 2, r + 1, f
+
+
+def test_sizes_computed_from_the_shape_at_unseen_shapes(tmp_path):
+    """Were refused at load ("parameter 'sizes' is missing"); run at shapes the export never saw."""
+    m = _SizesFromShape().eval()
+    param = export_module(m, (torch.randn(2, 4, 8, 12),), tmp_path, inputs2=(torch.randn(3, 4, 12, 16),))
+    g = kuiper_xp.load(param, backend="numpy")
+    for shape in ((1, 4, 5, 5), (3, 4, 9, 7)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = m(x)
+        got = g(x.numpy())
+        for k, (a, e) in enumerate(zip(got, want)):
+            assert_close(np.asarray(a), e.numpy(), rtol=1e-5, what=f"{shape} output {k}")

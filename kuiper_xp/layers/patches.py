@@ -19,6 +19,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
 from .registry import register
+from .shape import runtime_ints
 
 
 def _pair(op, key: str, default: int | None = None) -> tuple[int, int]:
@@ -44,7 +45,9 @@ class _Windows(Layer):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        out = _pair(op, "output_size") if op.type in ("F.fold", "nn.Fold") else None
+        fold = op.type in ("F.fold", "nn.Fold")
+        # (a fold's output_size computed in the model, ``$output_size``, comes as a second input)
+        out = _pair(op, "output_size") if fold and len(op.inputs) < 2 else None
         return cls(ctx, _pair(op, "kernel_size"), _pair(op, "dilation", 1), _pair(op, "padding", 0),
                    _pair(op, "stride", 1), op.where, out)
 
@@ -91,13 +94,19 @@ class Unfold(_Windows):
 class Fold(_Windows):
     """col2im: (N, C*kh*kw, L) -> (N, C, H, W) of ``output_size``, overlaps summed."""
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, output_size: Any = None) -> Any:
         xp = self.xp
         unbatched = x.ndim == 2
         if unbatched:
             x = x[None]
         (kh, kw), (ph, pw) = self.kernel, self.padding
-        h, w = self.output_size
+        if output_size is None:
+            h, w = self.output_size
+        else:
+            size = runtime_ints(output_size, self.where, "output_size")
+            if len(size) not in (1, 2):
+                raise ShapeError(f"{self.where}: output_size {size!r} should be one or two integers")
+            h, w = size * 2 if len(size) == 1 else size
         ho, wo = self._blocks(h, w)
         if ho < 1 or wo < 1:
             raise ShapeError(f"{self.where}: output size {(h, w)} with padding {self.padding} is smaller than "

@@ -209,17 +209,21 @@ class Unflatten(ShapeLayer):
 
     @classmethod
     def from_operator(cls, op, ctx):
+        if len(op.inputs) >= 2:  # sizes computed in the model (``$sizes``, a pnnx.Expression)
+            return cls(ctx, op.param("dim", int), None)
         key = "unflattened_size" if op.has_param("unflattened_size") else "sizes"
         return cls(ctx, op.param("dim", int), op.param(key, (int,)))
 
-    def _target(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+    def _target(self, shape: tuple[int, ...], sizes: tuple[int, ...]) -> tuple[int, ...]:
         d = norm_dim(self.dim, len(shape), self.who)
-        mid = _resolve_shape(self.sizes, shape[d], shape, self.who)
+        mid = _resolve_shape(sizes, shape[d], shape, self.who)
         return shape[:d] + mid + shape[d + 1:]
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, sizes: Any = None) -> Any:
         shape = tuple(x.shape)
-        return self.xp.reshape(x, self.cached(shape, lambda: self._target(shape)))
+        if sizes is not None:
+            return self.xp.reshape(x, self._target(shape, runtime_ints(sizes, self.who, "the sizes")))
+        return self.xp.reshape(x, self.cached(shape, lambda: self._target(shape, self.sizes)))
 
 
 @register("Tensor.reshape", "Tensor.view", "torch.reshape")
@@ -1144,21 +1148,29 @@ class Roll(ShapeLayer):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        shifts = op.param("shifts", (int,))
         dims = op.param("dims", (int,), None)
+        if len(op.inputs) >= 2:  # shifts computed in the model (``$shifts``, a pnnx.Expression)
+            return cls(ctx, None, dims)
+        shifts = op.param("shifts", (int,))
         if dims is not None and len(dims) != len(shifts):
             raise LayerParameterError(f"{op.where}: parameters 'shifts' {shifts!r} and 'dims' {dims!r} differ in length")
         if dims is None and len(shifts) != 1:
             raise LayerParameterError(f"{op.where}: several shifts {shifts!r} need 'dims'")
         return cls(ctx, shifts, dims)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Any, shifts: Any = None) -> Any:
         xp = self.xp
+        if shifts is None:
+            shifts = self.shifts
+        else:
+            shifts = runtime_ints(shifts, self.who, "the shifts")
+            if len(shifts) != (1 if self.dims is None else len(self.dims)):
+                raise ShapeError(f"{self.who}: {len(shifts)} shifts {shifts!r} for dims {self.dims!r}")
         if self.dims is None:
-            return xp.reshape(xp.roll(xp.reshape(x, (-1,)), self.shifts[0]), x.shape)
+            return xp.reshape(xp.roll(xp.reshape(x, (-1,)), shifts[0]), x.shape)
         nd = x.ndim
         axes = self.cached(nd, lambda: tuple(norm_dim(d, nd, self.who) for d in self.dims))
-        return xp.roll(x, shift=self.shifts, axis=axes)
+        return xp.roll(x, shift=shifts, axis=axes)
 
 
 @register("torch.flip", "Tensor.flip")
