@@ -1136,3 +1136,89 @@ def test_mha_outputs_that_shapes_cannot_tell_apart_warn(tmp_path):
     param = export_module(m, (x,), tmp_path)
     with pytest.warns(UserWarning, match="do not tell the attention output from the attention weights"):
         kuiper_xp.load(param, backend="numpy")
+
+
+class _BufferCausal(nn.Module):
+    """A float causal mask in a buffer (listed before the query) with L == embed_dim."""
+
+    def __init__(self, batch_first):
+        super().__init__()
+        self.bf = batch_first
+        self.mha = nn.MultiheadAttention(4, 1, batch_first=batch_first)
+        self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(4))
+
+    def forward(self, x):
+        x = x if self.bf else x.transpose(0, 1)
+        return self.mha(x, x, x, attn_mask=self.causal, need_weights=False)[0]
+
+
+class _BufferBoolMasks(nn.Module):
+    """A bool attn_mask in a buffer (listed first) beside a key_padding_mask, run at batch == L."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.register_buffer("causal_b", torch.triu(torch.ones(4, 4, dtype=torch.bool), 1))
+
+    def forward(self, x, idx):
+        return self.mha(x, x, x, key_padding_mask=idx == 0, attn_mask=self.causal_b, need_weights=False)[0]
+
+
+class _BiasKvWeightsFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True, add_bias_kv=True)
+
+    def forward(self, x):
+        o, w = self.mha(x, x, x, need_weights=True, average_attn_weights=False)
+        return w * 2.0, o + 1.0
+
+
+class _ValueIsQuery(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True, kdim=4, vdim=8)
+
+    def forward(self, q, k):
+        return self.mha(q, k, q, need_weights=False)[0]
+
+
+def _idx(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(1, 5, (n, 4), generator=g)
+    idx[:, -1] = 0
+    return idx
+
+
+@pytest.mark.parametrize("case", ["buffer_causal_bf", "buffer_causal_sf", "bool_masks", "bias_kv", "value_is_query"])
+def test_mha_inputs_and_outputs_told_apart_by_declared_shapes(tmp_path, case):
+    """Session 23's fuzzing: a (L, L) float mask in a buffer taken for an unbatched query when L
+    == embed_dim (a ShapeError, or the weights returned for the output: 1.9 off); two bool masks
+    swapped at batch == L (0.94 off); the weights of add_bias_kv (S + 1 keys) not recognised
+    (a ShapeError, or the outputs swapped); mha(q, k, q) with kdim != vdim (a numpy error)."""
+    torch.manual_seed(0)
+    if case.startswith("buffer_causal"):
+        m = _BufferCausal(case.endswith("bf"))
+        ex, ex2, runs = (torch.randn(2, 4, 4),), (torch.randn(3, 4, 4),), [(torch.randn(1, 4, 4),), (torch.randn(2, 4, 4),)]
+    elif case == "bool_masks":
+        m = _BufferBoolMasks()
+        ex, ex2 = (torch.randn(2, 4, 8), _idx(2, 1)), (torch.randn(3, 4, 8), _idx(3, 2))
+        runs = [(torch.randn(4, 4, 8), _idx(4, 3)), (torch.randn(2, 4, 8), _idx(2, 4))]
+    elif case == "bias_kv":
+        m = _BiasKvWeightsFirst()
+        ex, ex2, runs = (torch.randn(2, 5, 8),), (torch.randn(3, 5, 8),), [(torch.randn(4, 5, 8),)]
+    else:
+        m = _ValueIsQuery()
+        ex, ex2 = (torch.randn(2, 5, 8), torch.randn(2, 5, 4)), (torch.randn(3, 5, 8), torch.randn(3, 5, 4))
+        runs = [ex]
+    m = m.eval()
+    param = export_module(m, ex, tmp_path, inputs2=ex2)
+    g = kuiper_xp.load(param, backend="numpy")
+    for args in runs:
+        with torch.no_grad():
+            want = m(*args)
+        want = want if isinstance(want, tuple) else (want,)
+        got = g(*[a.numpy() for a in args])
+        assert len(got) == len(want)
+        for k, (a, e) in enumerate(zip(got, want)):
+            assert_close(np.asarray(a), e.numpy(), rtol=1e-5, what=f"{case} output {k}")

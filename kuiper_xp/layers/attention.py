@@ -174,7 +174,8 @@ class MultiheadAttention(Layer):
             w["bias_v"] = xp.reshape(want("bias_v", (1, 1, E)), (1, 1, E))
         w["zero_attn"] = bool(op.param("add_zero_attn", bool, default=False))
         batch_first = op.param("batch_first", bool, default=False)
-        roles, ambiguous = _output_roles(op, E, H, kdim, batch_first)
+        extra = int("bias_k" in w) + int(w["zero_attn"])  # key columns add_bias_kv / add_zero_attn add
+        roles, ambiguous = _output_roles(op, E, H, kdim, batch_first, extra)
         if ambiguous:
             warnings.warn(
                 f"{op.where}: the declared shapes {[o.shape_str() for o in op.outputs]} do not tell the "
@@ -187,6 +188,8 @@ class MultiheadAttention(Layer):
         layer = cls(ctx, where=op.where, embed_dim=E, num_heads=H, kdim=kdim, vdim=vdim,
                     batch_first=batch_first, w=w, n_outputs=len(op.outputs), weights_rank=weights_rank)
         layer.lone_mask = _lone_mask_role(op, E, batch_first)
+        layer.mask_hints = _mask_hints(op, E, batch_first)
+        layer.query_hint = _query_hint(op, E)
         layer.roles = roles
         return layer
 
@@ -206,9 +209,20 @@ class MultiheadAttention(Layer):
         # that is (3-D, then 2-D), what precedes it counted among the masks. (Not "a
         # pnnx.Attribute is never the query": DETR's learned queries are one.)
         qi = 0
-        if not (floats[0].ndim in (2, 3) and floats[0].shape[-1] == self.E):
+        hinted = getattr(self, "query_hint", None)
+        if hinted is not None and hinted < len(inputs) and inputs[hinted].dtype != xp.bool:
+            qi = next(i for i, a in enumerate(floats) if a is inputs[hinted])
+        elif not (floats[0].ndim in (2, 3) and floats[0].shape[-1] == self.E):
             qi = next((i for rank in (3, 2) for i, a in enumerate(floats)
                        if a.ndim == rank and a.shape[-1] == self.E), 0)
+        elif floats[0].ndim == 2:
+            # a 2-D first input is an unbatched query only if every 3-D one beside it could be
+            # a per-head (H, L, S) mask; else it is an (L, S) mask (S == embed_dim) held in a
+            # buffer, listed before the batched query
+            threes = [i for i, a in enumerate(floats) if a.ndim == 3 and a.shape[-1] == self.E]
+            if threes and not all(floats[i].shape[0] == self.H and floats[i].shape[1] == floats[0].shape[0]
+                                  for i in threes):
+                qi = threes[0]
         q = floats[qi]
         if q.ndim not in (2, 3):
             raise ShapeError(f"{self.where}: query must be 2-D or 3-D, found shape {tuple(q.shape)}")
@@ -258,9 +272,14 @@ class MultiheadAttention(Layer):
             masks = [(m, r, ("kpm", "attn")[j]) for j, (m, r, _) in enumerate(masks)]
         attn = kpm = None
         decided = [r for _, r, _ in masks if r is not None]
+        hints = getattr(self, "mask_hints", None) or {}
+        where_in = {id(a): i for i, a in enumerate(inputs)}
         for m, r, by_order in masks:
             if r is None:
-                if len(masks) == 2 and len(decided) == 1:
+                hint = hints.get(where_in.get(id(m), -1))
+                if hint is not None:
+                    r = hint
+                elif len(masks) == 2 and len(decided) == 1:
                     r = "attn" if decided[0] == "kpm" else "kpm"
                 elif len(masks) == 1 and self.lone_mask is not None:
                     r = self.lone_mask
@@ -320,6 +339,14 @@ class MultiheadAttention(Layer):
             xq = data[0]
             xk = data[1] if len(data) > 1 else xq
             xv = data[2] if len(data) > 2 else xk
+            if xv.shape[-1] != self.vdim:
+                # two inputs: pnnx writes mha(q, k, q) as mha(q, k, k); where kdim != vdim the
+                # features tell (the same call with kdim == vdim cannot be told apart)
+                if len(data) == 2 and xq.shape[-1] == self.vdim:
+                    xv = xq
+                else:
+                    raise ShapeError(f"{self.where}: no input has the value's {self.vdim} features (vdim); "
+                                     f"inputs {[tuple(a.shape) for a in inputs]}")
             q = proj(xq, "q_t", "q_b")
             k = proj(xk, "k_t", "k_b")
             v = proj(xv, "v_t", "v_b")
@@ -376,29 +403,33 @@ class MultiheadAttention(Layer):
         return got[self.roles[0]] if len(self.roles) == 1 else tuple(got[r] for r in self.roles)
 
 
-def _output_roles(op: Any, E: int, H: int, kdim: int, batch_first: bool) -> tuple[tuple[str, ...], bool]:
+def _output_roles(op: Any, E: int, H: int, kdim: int, batch_first: bool,
+                  extra: int = 0) -> tuple[tuple[str, ...], bool]:
     """The roles of a MultiheadAttention's outputs in the file's order, and whether the
     declared shapes left that open: pnnx lists the outputs in the order the model first uses
     them, so the attention weights come first (or alone) when the model reads them first (or
     only them). Told apart by the declared shapes against the query's (and key's): attn_output
     ``(N, L, E)`` / ``(L, N, E)`` / ``(L, E)``, the weights ``(N, L, S)`` / ``(L, S)`` or per head
-    ``(N, H, L, S)`` / ``(H, L, S)`` (``?`` fits any size). Torch's order where several fit."""
+    ``(N, H, L, S)`` / ``(H, L, S)`` (``?`` fits any size; S counts the ``extra`` key columns of
+    add_bias_kv / add_zero_attn). Torch's order where several fit."""
     n_out = len(op.outputs)
     default = ("out", "weights")[:n_out]
     shapes = [o.shape for o in op.outputs]
-    ins = [sh for sh in (i.shape for i in op.inputs) if sh is not None]
+    ins = [sh for sh in (i.shape for i in op.inputs if i.dtype != "bool") if sh is not None]  # (masks: not queries)
     queries = [sh for sh in ins if len(sh) in (2, 3) and sh[-1] == E]
     if any(sh is None or len(sh) == 0 for sh in shapes) or not queries:
         return default, False
-    q = queries[0]
+    hinted = _query_hint(op, E)
+    q = queries[0] if hinted is None else op.inputs[hinted].shape
     keys = [sh for sh in ins if len(sh) == len(q) and sh[-1] == kdim and sh is not q]
     k = keys[0] if keys and (kdim != E or len(queries) > 1) else q
     if len(q) == 3:
         n, L = (q[0], q[1]) if batch_first else (q[1], q[0])
         S = k[1] if batch_first else k[0]
+        S = None if S is None else S + extra
         want = {"out": [(n, L, E) if batch_first else (L, n, E)], "weights": [(n, L, S), (n, H, L, S)]}
     else:
-        L, S = q[0], k[0]
+        L, S = q[0], (None if k[0] is None else k[0] + extra)
         want = {"out": [(L, E)], "weights": [(L, S), (H, L, S)]}
 
     def fits(sh: tuple, role: str) -> bool:
@@ -412,6 +443,41 @@ def _output_roles(op: Any, E: int, H: int, kdim: int, batch_first: bool) -> tupl
     if not orders:
         return default, False
     return orders[0], len(orders) > 1
+
+
+def _query_hint(op: Any, E: int) -> int | None:
+    """The position of the query where the declared shapes settle what the arrays at a call
+    may not: a fully static 2-D input shaped (L, E) listed before a 3-D one with a dynamic size
+    is a mask held in a buffer, not an unbatched query (whose masks would share its sizes)."""
+    shapes = [o.shape if o.dtype != "bool" else None for o in op.inputs]
+    first = next((i for i, sh in enumerate(shapes) if sh is not None and len(sh) in (2, 3) and sh[-1] == E), None)
+    if first is None or len(shapes[first]) != 2 or None in shapes[first]:
+        return None
+    return next((i for i, sh in enumerate(shapes) if sh is not None and len(sh) == 3 and sh[-1] == E
+                 and None in sh), None)
+
+
+def _mask_hints(op: Any, E: int, batch_first: bool) -> dict[int, str]:
+    """Input position -> ``"kpm"`` / ``"attn"`` for each 2-D input beside a 3-D query whose
+    declared first dimension tells which it is: the batch's (``?`` in a dynamic export) and not
+    the query length's, or the other way round. Used where the arrays' shapes at a call do not
+    tell (batch == query length), instead of pnnx's usual order, which a mask held in a buffer
+    breaks (it is listed first)."""
+    shapes = [o.shape for o in op.inputs]
+    q = next((sh for o, sh in zip(op.inputs, shapes) if sh is not None and len(sh) == 3 and sh[-1] == E
+              and o.dtype != "bool"), None)
+    if q is None:
+        return {}
+    n, length = (q[0], q[1]) if batch_first else (q[1], q[0])
+    hints = {}
+    for i, sh in enumerate(shapes):
+        if sh is None or len(sh) != 2:
+            continue
+        if sh[0] == n and sh[0] != length:
+            hints[i] = "kpm"
+        elif sh[0] == length and sh[0] != n:
+            hints[i] = "attn"
+    return hints
 
 
 def _lone_mask_role(op: Any, E: int, batch_first: bool) -> str | None:
