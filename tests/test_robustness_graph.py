@@ -131,11 +131,19 @@ def test_dead_branch_is_pruned_and_the_rest_runs(tmp_path):
 
 
 def test_duplicate_operator_names(tmp_path):
-    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "nn.ReLU r 1 1 1 2",
-                               "pnnx.Output out 1 0 2"])
-    with pytest.raises(ParamFormatError, match="duplicate operator name 'r'") as e:
+    """A name given twice is refused where the second operator has weights (they are read from
+    the .bin by name); without weights it is renamed with a warning: pnnx itself writes such
+    files (a torch.unbind and a Tensor.select both named 'Tensor.select_2')."""
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "nn.PReLU r 1 1 1 2 @weight=(1)f32",
+                               "pnnx.Output out 1 0 2"], weights={"r.weight": np.full(1, 0.5, np.float32)})
+    with pytest.raises(ParamFormatError, match="duplicate operator name 'r' on an operator with weights") as e:
         load(p)
     _err_at(e.value, p, 5)
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0", "nn.ReLU r 1 1 0 1", "F.hardtanh r 1 1 1 2 max_val=0.5 min_val=0.0",
+                               "pnnx.Output out 1 0 2"], name="ok")
+    with pytest.warns(UserWarning, match="duplicate operator name 'r': renamed 'r@line5'"):
+        g = load(p)
+    np.testing.assert_array_equal(np.asarray(g(np.array([-1.0, 0.25, 2.0], np.float32))[0]), [0.0, 0.25, 0.5])
 
 
 def test_operand_produced_twice(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -270,7 +271,15 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
                 f"{_shorten(s_out, 30)} outputs "
                 f"but the line has only {len(tok) - 4} names after the counts", lno)
         if name in op_names:
-            raise err(f"duplicate operator name {_shorten(name)}", lno)
+            # pnnx itself sometimes names two operators alike (a torch.unbind and a Tensor.select
+            # both 'Tensor.select_2'); operands do the wiring, so one without weights (read by
+            # name from the .bin) is renamed; with weights the file is ambiguous
+            if any(t.startswith("@") for t in tok[4 + n_in + n_out:]):
+                raise err(f"duplicate operator name {_shorten(name)} on an operator with weights", lno)
+            renamed = f"{name}@line{lno}"
+            warnings.warn(f"{path}:{lno}: duplicate operator name {_shorten(name)}: renamed {_shorten(renamed)}",
+                          stacklevel=2)
+            name = renamed
         op_names.add(name)
         op = Operator(type=typ, name=name, line=lno, path=path)
         in_names = tok[4 : 4 + n_in]
