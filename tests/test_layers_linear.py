@@ -8,9 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
+from helpers import export_torch  # noqa: E402
 from test_layers_conv import op_graph, rnd, run_op, t
 from torch import nn
 
+import kuiper_xp
 from kuiper_xp.errors import LayerParameterError, ShapeError
 from kuiper_xp.layers.linear import BatchNorm
 
@@ -368,3 +370,27 @@ class _SelfAttention(nn.Module):
 
     def forward(self, x):
         return self.attn(x, x, x, need_weights=False)[0]
+
+
+class _AddmmRowBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 6))
+        self.b = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return torch.addmm(self.b[None], x, self.w.t())
+
+
+def test_addmm_with_a_row_bias(tmp_path):
+    """pnnx writes ``torch.addmm(b[None], x, W.t())`` as an F.linear whose bias is declared
+    (1, out): refused at load before, as if it were Swin V2's zeroed slice."""
+    torch.manual_seed(0)
+    m = _AddmmRowBias().eval()
+    param = export_torch(m, (torch.randn(2, 6),), tmp_path, inputs2=(torch.randn(3, 6),))
+    g = kuiper_xp.load(param, backend="numpy")
+    for n in (1, 5):
+        x = torch.randn(n, 6)
+        with torch.no_grad():
+            want = m(x).numpy()
+        assert_close(np.asarray(g(x.numpy())[0]), want, rtol=1e-5)

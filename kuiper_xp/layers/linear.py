@@ -29,6 +29,13 @@ def _slots(op, names: tuple[str, ...]) -> dict[str, int]:
     return slots
 
 
+def _row_bias(shape: tuple, out: int) -> bool:
+    """Whether a bias of ``shape`` adds one row to every output row of ``out`` features: ``(out,)``,
+    ``(1,)``, ``()``, or those with leading 1s (``torch.addmm`` with a ``(1, out)`` input comes out
+    as an ``F.linear`` with that bias)."""
+    return all(d == 1 for d in shape[:-1]) and (not shape or shape[-1] in (out, 1))
+
+
 @register("nn.Linear", "F.linear")
 class Linear(FusesActivation, Layer):
     """y = x @ W^T + b over the last axis of an input of any rank ``(..., in) -> (..., out)``.
@@ -46,7 +53,7 @@ class Linear(FusesActivation, Layer):
         if "weight" in slots and "bias" in slots:  # operands: compare what the file declares
             ws, bs = op.inputs[slots["weight"]].shape, op.inputs[slots["bias"]].shape
             if (ws is not None and bs is not None and len(ws) == 2 and ws[0] is not None
-                    and None not in bs and bs not in ((ws[0],), (1,), ())):
+                    and None not in bs and not _row_bias(bs, ws[0])):
                 raise LayerParameterError(
                     f"{op.where}: bias is declared {tuple(bs)}, the weight ({ws[0]}, {ws[1]}): expected "
                     f"({ws[0]},) (pnnx writes only the zeroed slice for `b = bias.clone(); b[n:2n].zero_()`, "
@@ -92,9 +99,11 @@ class Linear(FusesActivation, Layer):
             wt = self.xp.permute_dims(w, (1, 0))
         if "bias" in self.slots:
             bias = inputs[self.slots["bias"]]
-            if bias is not None and tuple(bias.shape) not in ((wt.shape[1],), (1,), ()):
+            if bias is not None and (not _row_bias(tuple(bias.shape), wt.shape[1]) or bias.ndim > max(1, x.ndim)):
                 raise ShapeError(f"{self.op_type} {self.op_name!r}: bias has shape {tuple(bias.shape)}, expected "
                                  f"({wt.shape[1]},) for a weight of shape ({wt.shape[1]}, {wt.shape[0]})")
+            if bias is not None and bias.ndim > 1:  # (1, out): torch.addmm(b[None], x, W.t()) as pnnx writes it
+                bias = self.xp.reshape(bias, (bias.shape[-1],))
         if x.ndim == 0 or x.shape[-1] != wt.shape[0]:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} does not fit "
                              f"the weight ({wt.shape[1]}, {wt.shape[0]}): expected last dimension {wt.shape[0]}")
