@@ -273,10 +273,9 @@ class MultiheadAttention(Layer):
         attn = kpm = None
         decided = [r for _, r, _ in masks if r is not None]
         hints = getattr(self, "mask_hints", None) or {}
-        where_in = {id(a): i for i, a in enumerate(inputs)}
         for m, r, by_order in masks:
             if r is None:
-                hint = hints.get(where_in.get(id(m), -1))
+                hint = next((hints.get(i) for i, a in enumerate(inputs) if a is m), None)
                 if hint is not None:
                     r = hint
                 elif len(masks) == 2 and len(decided) == 1:
