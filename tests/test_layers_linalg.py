@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
-from helpers import case_exporter
+from helpers import case_exporter, export_module
 from test_layers_misc import make_layer, t2n
 from torch import nn
 
@@ -277,3 +277,16 @@ def test_einsum_term_too_short_names_pnnx_ellipsis(backend):
     layer = make_layer(backend, "torch.einsum es 2 1 0 1 2 equation=ljk,li->ijk", 2)
     with pytest.raises(ShapeError, match=r"einsum term 'ljk' does not match a 4-D operand \(pnnx drops the '\.\.\.'"):
         layer(_arr(backend, 2, 3, 4, 5), _arr(backend, 3, 6))
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_linalg_vecdot(tmp_path, dim):
+    """``torch.linalg.vecdot`` (pnnx: ``aten::linalg_vecdot`` with dim as a third input) was
+    refused as unsupported."""
+    m = Fn(lambda s, a, b: torch.linalg.vecdot(a, b, dim=dim))
+    a, b = torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    param = export_module(m, (a, b), tmp_path, inputs2=(torch.randn(3, 5, 4), torch.randn(3, 5, 4)))
+    g = kuiper_xp.load(param, backend="numpy")
+    for n in (1, 4):
+        a, b = torch.randn(n, 5, 4), torch.randn(n, 5, 4)
+        assert_close(np.asarray(g(a.numpy(), b.numpy())[0]), m(a, b).numpy(), rtol=1e-5)

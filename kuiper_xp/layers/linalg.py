@@ -1,7 +1,7 @@
 """Linear-algebra products and shape builders that pnnx leaves as ``torch.`` / ``aten::`` operators:
 ``torch.mv``, ``aten::outer`` / ``kron`` / ``tensordot`` / ``inner`` / ``dot`` / ``vdot`` /
 ``trace`` / ``chain_matmul`` / ``linalg_multi_dot`` / ``addmv`` / ``addr`` / ``addbmm``,
-``torch.cross`` / ``aten::linalg_cross``, ``aten::block_diag`` / ``cartesian_prod`` /
+``torch.cross`` / ``aten::linalg_cross``, ``aten::linalg_vecdot``, ``aten::block_diag`` / ``cartesian_prod`` /
 ``meshgrid``, ``aten::hstack`` / ``vstack`` / ``dstack`` / ``column_stack``, ``aten::rot90`` and
 ``aten::channel_shuffle``.
 
@@ -505,6 +505,23 @@ class LinalgCross(_Cross):
 
     def forward(self, a: Any, b: Any, dim: Any = -1) -> Any:
         return self.cross(a, b, runtime_int(dim, self.who, "dim") if dim is not None else -1)
+
+
+@register("aten::linalg_vecdot")
+class VecDot(_LinalgLayer):
+    """``torch.linalg.vecdot(a, b, dim=-1)``: the sum of products along ``dim`` (the first
+    operand conjugated when complex); other dims broadcast. pnnx passes ``dim`` as a third input."""
+
+    def forward(self, a: Any, b: Any, dim: Any = -1) -> Any:
+        xp = self.xp
+        self._same_dtype(a, b)
+        self._no_bool(a)
+        d = runtime_int(dim, self.who, "dim") if dim is not None else -1
+        if not -a.ndim <= d < a.ndim or not -b.ndim <= d < b.ndim or a.shape[d] != b.shape[d]:
+            raise ShapeError(f"{self.who}: dim {d} does not pair shapes {tuple(a.shape)} and {tuple(b.shape)}")
+        if xp.isdtype(a.dtype, "complex floating"):
+            a = xp.conj(a)
+        return xp.sum(a * b, axis=d)
 
 
 # ---------------------------------------------------------------------------------------------
