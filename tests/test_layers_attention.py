@@ -1222,3 +1222,51 @@ def test_mha_inputs_and_outputs_told_apart_by_declared_shapes(tmp_path, case):
         assert len(got) == len(want)
         for k, (a, e) in enumerate(zip(got, want)):
             assert_close(np.asarray(a), e.numpy(), rtol=1e-5, what=f"{case} output {k}")
+
+
+class _LonePaddingMask(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x, lengths):
+        kpm = torch.arange(x.size(1))[None] >= lengths[:, None]
+        return self.mha(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
+
+
+class _UnbatchedCausal(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2)
+
+    def forward(self, x):
+        t = x.size(0)
+        return self.mha(x, x, x, attn_mask=torch.triu(torch.ones(t, t), 1) * -1e4, need_weights=False)[0]
+
+
+def test_mha_masks_with_dynamic_batch_and_length(tmp_path):
+    """A lone key_padding_mask declared (?, ?) at batch == length was taken for an attn_mask
+    (1.0-1.3 off; now its role, told by an earlier call's shapes, is kept), and an unbatched
+    query's (T, T) float mask was taken for the key and value at T == embed_dim (1.7e4 off: a
+    mask declared with a dynamic last axis is never data)."""
+    torch.manual_seed(0)
+    m = _LonePaddingMask().eval()
+
+    def lens(n, t):
+        return torch.randint(1, t + 1, (n,))
+    param = export_module(m, (torch.randn(2, 6, 8), lens(2, 6)), tmp_path / "kpm",
+                          inputs2=(torch.randn(3, 10, 8), lens(3, 10)))
+    g = kuiper_xp.load(param, backend="numpy")
+    for n, t in ((5, 7), (4, 4), (6, 6)):
+        x, ln = torch.randn(n, t, 8), lens(n, t)
+        with torch.no_grad():
+            want = m(x, ln).numpy()
+        assert_close(np.asarray(g(x.numpy(), ln.numpy())[0]), want, rtol=1e-5, what=f"N={n} T={t}")
+    m = _UnbatchedCausal().eval()
+    param = export_module(m, (torch.randn(6, 8),), tmp_path / "causal", inputs2=(torch.randn(10, 8),))
+    g = kuiper_xp.load(param, backend="numpy")
+    for t in (7, 8):
+        x = torch.randn(t, 8)
+        with torch.no_grad():
+            want = m(x).numpy()
+        assert_close(np.asarray(g(x.numpy())[0]), want, rtol=1e-5, what=f"T={t}")

@@ -190,6 +190,9 @@ class MultiheadAttention(Layer):
         layer.lone_mask = _lone_mask_role(op, E, batch_first)
         layer.mask_hints = _mask_hints(op, E, batch_first)
         layer.query_hint = _query_hint(op, E)
+        layer.not_data = tuple(i for i, o in enumerate(op.inputs)
+                               if o.shape is not None and len(o.shape) > 0 and o.shape[-1] is None)
+        layer.learned = {}  # input position -> mask role seen at a call whose shapes told it
         layer.roles = roles
         return layer
 
@@ -230,11 +233,13 @@ class MultiheadAttention(Layer):
         bdim = (0 if self.batch_first else 1) if batched else None
         data = [q]
         rest = floats[qi + 1:]
+        masks_only = getattr(self, "not_data", ())
         while rest and len(data) < 3:
             a = rest[0]
             feat_ok = a.shape[-1] == (self.kdim if len(data) == 1 else self.vdim)
             same_batch = bdim is None or a.shape[bdim] == q.shape[bdim]
-            if a.ndim == q.ndim and feat_ok and same_batch:
+            # (an input declared with a dynamic last axis is a mask: a key's or value's is kdim/vdim)
+            if a.ndim == q.ndim and feat_ok and same_batch and not any(a is inputs[i] for i in masks_only):
                 data.append(rest.pop(0))
             else:
                 break
@@ -273,9 +278,13 @@ class MultiheadAttention(Layer):
         attn = kpm = None
         decided = [r for _, r, _ in masks if r is not None]
         hints = getattr(self, "mask_hints", None) or {}
+        learned = getattr(self, "learned", None)
         for m, r, by_order in masks:
+            pos = next((i for i, a in enumerate(inputs) if a is m), -1)
+            if r is not None and learned is not None and len(masks) == 1:
+                learned[pos] = r  # a mask's role is fixed for the graph: kept for calls that cannot tell
             if r is None:
-                hint = next((hints.get(i) for i, a in enumerate(inputs) if a is m), None)
+                hint = hints.get(pos) or (learned.get(pos) if learned and len(masks) == 1 else None)
                 if hint is not None:
                     r = hint
                 elif len(masks) == 2 and len(decided) == 1:
