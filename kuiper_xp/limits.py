@@ -18,6 +18,9 @@ max_weight_bytes           4 GiB        one weight (``@``) / ``pnnx.Attribute``
 max_total_weight_bytes     16 GiB       all weights of one model
 max_bin_members            2,000,000    members of the ``.pnnx.bin`` zip archive
 max_expression_chars       1,000,000    characters of one ``pnnx.Expression``
+max_tensor_elements        2**32        elements of an array a layer makes from its
+                                        parameters (a pad, an upsampling or adaptive
+                                        pooling size), checked before it is allocated
 =========================  ===========  ===============================================
 
 The nesting depth of an expression needs no limit of its own: the parser and the evaluator
@@ -34,7 +37,7 @@ from dataclasses import dataclass, fields, replace
 
 from kuiper_xp.errors import KuiperXPError
 
-__all__ = ["Limits", "LimitsError", "get_limits", "set_limits", "limits", "ENV_PREFIX"]
+__all__ = ["Limits", "LimitsError", "get_limits", "set_limits", "limits", "ENV_PREFIX", "check_elements"]
 
 ENV_PREFIX = "KUIPER_XP_"
 
@@ -55,6 +58,7 @@ class Limits:
     max_total_weight_bytes: int = 16 * 2**30  # all weights of a model
     max_expression_chars: int = 1_000_000
     max_bin_members: int = 2_000_000
+    max_tensor_elements: int = 2**32  # an array sized by a layer's parameters (16 GiB of float32)
 
 
 _NAMES = tuple(f.name for f in fields(Limits))
@@ -120,3 +124,17 @@ def limits(**changes: int | str) -> Iterator[Limits]:
         yield set_limits(**changes)
     finally:
         _current = saved
+
+
+def check_elements(count: int, where: str, what: str = "output") -> None:
+    """Refuse, before allocating it or looping over it, an array of ``count`` elements sized by a
+    model's parameters beyond ``max_tensor_elements`` (a pad of 10**12 hung in a Python loop; a
+    pad of 3 * 10**8 asked for 17 GiB)."""
+    from kuiper_xp.errors import ResourceLimitError
+
+    limit = get_limits().max_tensor_elements
+    if count > limit:
+        raise ResourceLimitError(
+            f"{where}: the {what} would have {count:,} elements, over the limit max_tensor_elements={limit:,} "
+            f"(raise it with {ENV_PREFIX}MAX_TENSOR_ELEMENTS or kuiper_xp.limits.set_limits if the model "
+            "really needs it)")

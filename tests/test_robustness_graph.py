@@ -364,3 +364,43 @@ def test_parameters_that_contradict_declared_sizes_are_refused_before_allocating
                                    "pnnx.Output out 1 0 1"], weights={"c.weight": np.ones((4, 1, 3), np.float32)})
     with pytest.raises(KuiperXPError, match=msg):
         load(param)
+
+
+@pytest.mark.parametrize("line,error,msg", [
+    ("torch.topk s 1 2 0 1 2 dim=3 k=2 largest=True sorted=True $input=0", ShapeError,
+     r"dim 3 is out of range for an input with 2 dimension"),
+    ("torch.lt lt 1 1 0 1 other=None $input=0", KuiperXPError, r"parameter other=None; torch.lt needs a number"),
+    ("Tensor.masked_fill mf 2 1 0 0 1 value=None", KuiperXPError, r"parameter value=None"),
+    ("F.pad p 1 1 0 1 mode=replicate pad=(1,1000000000000) value=None $input=0", KuiperXPError,
+     r"over the limit max_tensor_elements"),
+    ("F.pad p 1 1 0 1 mode=constant pad=(0,3000000000) value=0.0 $input=0", KuiperXPError,
+     r"over the limit max_tensor_elements"),
+    ("F.adaptive_avg_pool1d p 1 1 0 1 output_size=(1000000000000) $input=0", KuiperXPError,
+     r"over the limit max_tensor_elements"),
+    ("torch.einsum e 2 1 0 0 1 equation=ij,jk->ikk", KuiperXPError, r"einsum output 'ikk' repeats an index"),
+    ("torch.einsum e 2 1 0 0 1 equation=None", KuiperXPError, r"'equation' should be an einsum equation"),
+])
+def test_mutated_parameters_are_refused_not_run(tmp_path, line, error, msg):
+    """Session 23's second round of semantic mutations: a dim out of range wrapped modulo the
+    rank (topk/gather/index_select/sort/normalize: silently another axis), None operands read
+    as NaN / False, pads and pooling sizes of 10**9-10**12 hanging in Python loops or asking
+    for tens of GiB, malformed einsum equations failing inside numpy or with AttributeError."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    if "masked_fill" in line:
+        x = x > 0.5
+    param = write_model(tmp_path, ["pnnx.Input in 0 1 0", line, "pnnx.Output out 1 0 1"])
+    with pytest.raises(error, match=msg):
+        g = load(param)
+        g(x if "einsum" not in line else x[:, :3])
+
+
+@pytest.mark.parametrize("attrs,missing", [("@weight=(6)f32", "bias"), ("@bias=(6)f32", "weight")])
+def test_affine_norm_missing_a_weight_is_refused(tmp_path, attrs, missing):
+    """affine=True with @bias or @weight missing ran with 0 / 1 in its place (1.3-6.4 off)."""
+    ws = {f"n.{k}": np.ones(6, np.float32) for k in ("weight", "bias") if f"@{k}" in attrs}
+    param = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0 #0=(1,6,4,4)f32",
+        f"nn.InstanceNorm2d n 1 1 0 1 affine=True eps=1e-05 num_features=6 track_running_stats=False {attrs}",
+        "pnnx.Output out 1 0 1"], weights=ws)
+    with pytest.raises(KuiperXPError, match=f"affine=True but @{missing} is missing"):
+        load(param)

@@ -684,6 +684,10 @@ def _parse_einsum(eq: str, ndims: list[int], where: str) -> tuple[list[str], str
         out = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
     if not out.isalpha() and out:
         raise LayerParameterError(f"{where}: bad einsum output {rhs!r}")
+    seen = set("".join(out_terms))
+    if len(set(out)) != len(out) or not set(out) <= seen:
+        raise LayerParameterError(f"{where}: einsum output {rhs!r} repeats an index or has one no operand has "
+                                  f"(equation {eq!r})")
     return out_terms, out
 
 
@@ -726,6 +730,8 @@ class Einsum(Layer):
     @classmethod
     def from_operator(cls, op, ctx):
         eq = op.param("equation", str)
+        if not isinstance(eq, str) or not eq.strip():
+            raise LayerParameterError(f"{op.where}: parameter 'equation' should be an einsum equation, found {eq!r}")
         if not op.inputs:
             raise LayerParameterError(f"{op.where}: einsum needs at least one input")
         return cls(ctx, eq, op.where)

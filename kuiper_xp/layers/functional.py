@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kuiper_xp.errors import ShapeError
+from kuiper_xp.limits import check_elements
 
 Pads = tuple[tuple[int, int], ...]
 
@@ -54,6 +55,7 @@ def same_pads(kernel: Sequence[int], dilation: Sequence[int]) -> Pads:
 
 def adaptive_bounds(size: int, out: int) -> list[tuple[int, int]]:
     """torch's adaptive windows: ``[floor(i*size/out), ceil((i+1)*size/out))``."""
+    check_elements(out, "adaptive pooling", "output size along one axis")
     return [((i * size) // out, -((-(i + 1) * size) // out)) for i in range(out)]
 
 
@@ -97,11 +99,13 @@ def pad(x: Any, pads: Pads, mode: str = "zeros", value: float = 0.0, *, xp: Any)
     lead = shape[: x.ndim - nd]
     if mode in ("zeros", "constant"):
         new = lead + tuple(n + lo + hi for n, (lo, hi) in zip(shape[-nd:], pads))
+        check_elements(math.prod(max(0, d) for d in new), "pad")
         out = xp.full(new, value, dtype=x.dtype, device=x.device)
         key = (...,) + tuple(slice(lo, lo + n) for n, (lo, _) in zip(shape[-nd:], pads))
         out[key] = x
         return out
     check_pad(shape, pads, mode)
+    check_elements(math.prod(lead) * math.prod(n + lo + hi for n, (lo, hi) in zip(shape[-nd:], pads)), "pad")
     for axis_from_end, (lo, hi) in enumerate(reversed(pads)):
         if not (lo or hi):
             continue

@@ -22,11 +22,12 @@ from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
 from kuiper_xp.expression.functions import wrap_int
+from kuiper_xp.limits import check_elements
 
 from .base import BuildContext, Layer
 from .checks import check_range
 from .registry import register
-from .shape import runtime_ints
+from .shape import norm_dim, runtime_ints
 
 # ---------------------------------------------------------------------------------------------
 # shared helpers
@@ -234,7 +235,11 @@ class _ArgsLayer(Layer):
             if key in slots:
                 self.sources[key] = ("in", slots[key])
             elif op.has_param(key):
-                self.sources[key] = ("param", _scalar_param(op, key))
+                v = _scalar_param(op, key)
+                if v is None:  # (torch raises on None there; it was read as NaN / False)
+                    raise LayerParameterError(f"{op.where}: parameter {key}=None; {op.type} needs a number "
+                                              "or a tensor there")
+                self.sources[key] = ("param", v)
 
     def arg(self, key: str, inputs: Sequence[Any]) -> Any:
         kind, v = self.sources[key]
@@ -643,7 +648,7 @@ class Sort(Layer):
         if x.ndim == 0:
             idx = xp.zeros((), dtype=xp.int64, device=self.device)
             return (x, idx) if self.values else idx
-        axis = dim % x.ndim
+        axis = norm_dim(dim, x.ndim, f"{self.op_type} {self.op_name!r}")
         idx = xp.argsort(x, axis=axis, descending=descending, stable=True)
         idx = xp.astype(idx, xp.int64)
         if not self.values:
@@ -674,7 +679,7 @@ class TopK(Layer):
             x = xp.reshape(x, (1,))
             axis = 0
         else:
-            axis = self.dim % x.ndim
+            axis = norm_dim(self.dim, x.ndim, f"{self.op_type} {self.op_name!r}")
         n = x.shape[axis]
         if self.k > n:
             raise ShapeError(f"topk: k={self.k} is larger than dimension {axis} of size {n}")
@@ -727,7 +732,7 @@ class IndexSelect(_IndexOp):
             index = xp.reshape(index, (1,))
         if x.ndim == 0:
             return x
-        axis = self.dim % x.ndim
+        axis = norm_dim(self.dim, x.ndim, f"{self.op_type} {self.op_name!r}")
         index = index_array(xp, index, x.shape[axis], f"{self.op_type} {self.op_name!r}", negative=False)
         return xp.take(x, index, axis=axis)
 
@@ -744,7 +749,7 @@ class Gather(_IndexOp):
             raise ShapeError(f"gather: index has {index.ndim} dims, input has {x.ndim}")
         if x.ndim == 0:
             return x
-        axis = self.dim % x.ndim
+        axis = norm_dim(self.dim, x.ndim, f"{self.op_type} {self.op_name!r}")
         if any(a != axis and index.shape[a] > x.shape[a] for a in range(x.ndim)):
             raise ShapeError(f"gather: index shape {tuple(index.shape)} exceeds input shape {tuple(x.shape)} "
                              f"outside dim {axis}")
@@ -859,6 +864,10 @@ class Pad(Layer):
             pairs = self._pairs(pads)
         if len(pairs) > x.ndim:
             raise ShapeError(f"{self.where}: {len(pairs)} pad pairs for a {x.ndim}-D input")
+        out = list(x.shape)
+        for k, (left, right) in enumerate(pairs):
+            out[x.ndim - 1 - k] += left + right
+        check_elements(math.prod(max(0, d) for d in out), self.where)
         for k, (left, right) in enumerate(pairs):
             if left == 0 and right == 0:
                 continue

@@ -30,6 +30,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 from .base import BuildContext, FusesActivation, Layer
 from .misc import input_slots, is_float, to_float, to_int
 from .registry import register
+from .shape import norm_dim
 
 
 def _weight_or_input(op: Any, ctx: BuildContext, key: str, slots: dict[str, int]) -> tuple[Any, int | None]:
@@ -37,6 +38,21 @@ def _weight_or_input(op: Any, ctx: BuildContext, key: str, slots: dict[str, int]
     if key in slots:
         return None, slots[key]
     return op.weight(key, ctx, optional=True), None
+
+
+def _check_affine(op: Any, w: Any, b: Any, slots: dict[str, int], channels: int | None) -> None:
+    """Refuse affine weights that do not fit: ``affine=True`` with ``@weight`` or ``@bias``
+    missing (they ran as 1 and 0, silently), or either not 1-D of the channels' length (of
+    each other's where the channel count is not given)."""
+    if op.param("affine", bool, default=None) is True:
+        for name, a in (("weight", w), ("bias", b)):
+            if a is None and name not in slots:
+                raise LayerParameterError(f"{op.where}: affine=True but @{name} is missing")
+    want = channels if channels is not None else (w.shape[0] if w is not None and len(w.shape) == 1 else None)
+    for name, a in (("weight", w), ("bias", b)):
+        if a is not None and (len(a.shape) != 1 or (want is not None and a.shape[0] != want)):
+            raise LayerParameterError(f"{op.where}: @{name} has shape {tuple(a.shape)}, expected "
+                                      f"({want if want is not None else 'channels'},)")
 
 
 class _NormBase(Layer):
@@ -186,10 +202,7 @@ class GroupNorm(FusesActivation, _NormBase):
         slots = input_slots(op, ("input", "weight", "bias"))
         w, wp = _weight_or_input(op, ctx, "weight", slots)
         b, bp = _weight_or_input(op, ctx, "bias", slots)
-        for name, a in (("weight", w), ("bias", b)):
-            if a is not None and (len(a.shape) != 1 or (channels is not None and a.shape[0] != channels)):
-                raise LayerParameterError(f"{op.where}: @{name} has shape {tuple(a.shape)}, expected "
-                                          f"({channels if channels is not None else 'num_channels'},)")
+        _check_affine(op, w, b, slots, channels)
         return cls(ctx, w, wp, b, bp, op.where, groups, op.param("eps", float, default=1e-5))
 
     def forward(self, x: Any, *rest: Any) -> Any:
@@ -231,6 +244,7 @@ class InstanceNorm(FusesActivation, _NormBase):
         slots = input_slots(op, ("input", "running_mean", "running_var", "weight", "bias"))
         w, wp = _weight_or_input(op, ctx, "weight", slots)
         b, bp = _weight_or_input(op, ctx, "bias", slots)
+        _check_affine(op, w, b, slots, None)
         mean = var = None
         stat_pos: tuple[int | None, int | None] = (None, None)
         if op.type == "F.instance_norm":
@@ -343,7 +357,7 @@ class Normalize(Layer):
 
     def forward(self, x: Any) -> Any:
         xp = self.xp
-        axis = self.dim % max(x.ndim, 1)
+        axis = norm_dim(self.dim, max(x.ndim, 1), f"{self.op_type} {self.op_name!r}")
         a = xp.abs(x)
         if self.p == 2.0:
             norm = xp.sqrt(xp.sum(a * a, axis=axis, keepdims=True))

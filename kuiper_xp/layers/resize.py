@@ -34,6 +34,7 @@ import struct
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.limits import check_elements
 
 from .base import BuildContext, Layer
 from .misc import input_slots, to_int_list
@@ -395,6 +396,7 @@ class Interpolate(Layer):
         if plan is not None:
             return plan
         xp, dev = self.xp, self.device
+        check_elements(math.prod(out_sizes), self.where, "output's spatial size")
         axes = []
         for n_in, n_out, s in zip(in_sizes, out_sizes, scales):
             taps = axis_taps(self.mode, n_in, n_out, self.align_corners, s, double=dtype == xp.float64,
