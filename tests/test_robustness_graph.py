@@ -404,3 +404,20 @@ def test_affine_norm_missing_a_weight_is_refused(tmp_path, attrs, missing):
         "pnnx.Output out 1 0 1"], weights=ws)
     with pytest.raises(KuiperXPError, match=f"affine=True but @{missing} is missing"):
         load(param)
+
+
+@pytest.mark.parametrize("op_type", ["nn.Conv2d", "nn.Conv3d"])
+def test_bias_false_with_a_stored_bias_is_refused(tmp_path, op_type):
+    """nn.Conv2d used the stored @bias and nn.Conv3d ignored it: two answers to one file."""
+    nd = 3 if op_type.endswith("3d") else 2
+    k = ",".join(["1"] * nd)
+    shape = ",".join(["4"] * nd)
+    param = write_model(tmp_path, [
+        f"pnnx.Input in 0 1 0 #0=(1,2,{shape})f32",
+        f"{op_type} c 1 1 0 1 bias=False dilation=({k}) groups=1 in_channels=2 kernel_size=({k}) out_channels=2 "
+        f"padding=({','.join(['0'] * nd)}) padding_mode=zeros stride=({k}) @bias=(2)f32 @weight=(2,2,{k})f32 "
+        f"#0=(1,2,{shape})f32 #1=(1,2,{shape})f32",
+        "pnnx.Output out 1 0 1"], weights={"c.weight": np.ones((2, 2) + (1,) * nd, np.float32),
+                                           "c.bias": np.ones(2, np.float32)})
+    with pytest.raises(KuiperXPError, match="bias=False but the file has a weight 'bias'"):
+        load(param)

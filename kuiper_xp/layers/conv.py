@@ -66,6 +66,8 @@ def _weight_and_bias(op, ctx: BuildContext, slots: dict[str, int]):
         bias = op.weight("bias", ctx, optional=True)
         if bias_flag is True and bias is None:
             raise LayerParameterError(f"{op.where}: parameter bias=True but weight 'bias' is missing")
+        if bias_flag is False and bias is not None:
+            raise LayerParameterError(f"{op.where}: parameter bias=False but the file has a weight 'bias'")
     return weight, bias, bias_runtime
 
 

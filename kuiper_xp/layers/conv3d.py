@@ -58,6 +58,8 @@ def _weight_bias_groups(op, ctx: BuildContext) -> tuple[Any, Any, int]:
     weight = op.weight("weight", ctx)
     if weight.ndim != 5:
         raise LayerParameterError(f"{op.where}: weight should be 5-D, found shape {tuple(weight.shape)}")
+    if op.param("bias", bool, default=None) is False and "bias" in op.attrs:
+        raise LayerParameterError(f"{op.where}: parameter bias=False but the file has a weight 'bias'")
     bias = op.weight("bias", ctx) if op.param("bias", bool, default=True) and "bias" in op.attrs else None
     groups = op.param("groups", int, default=1)
     if groups < 1:
