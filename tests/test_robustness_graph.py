@@ -379,6 +379,8 @@ def test_parameters_that_contradict_declared_sizes_are_refused_before_allocating
      r"over the limit max_tensor_elements"),
     ("torch.einsum e 2 1 0 0 1 equation=ij,jk->ikk", KuiperXPError, r"einsum output 'ikk' repeats an index"),
     ("torch.einsum e 2 1 0 0 1 equation=None", KuiperXPError, r"'equation' should be an einsum equation"),
+    ("torch.split s 1 1 0 1 dim=1 split_size_or_sections=() $tensor=0", KuiperXPError,
+     r"'split_size_or_sections' is empty"),
 ])
 def test_mutated_parameters_are_refused_not_run(tmp_path, line, error, msg):
     """Session 23's second round of semantic mutations: a dim out of range wrapped modulo the

@@ -610,6 +610,8 @@ class Split(_Split):
         raw = op.param(key)
         is_list = isinstance(raw, (list, tuple))
         sections = op.param(key, (int,))
+        if not sections:
+            raise LayerParameterError(f"{op.where}: parameter {key!r} is empty ({raw!r}); it needs a size or sizes")
         if any(s < 0 for s in sections) or (not is_list and sections[0] < 1):
             raise LayerParameterError(f"{op.where}: parameter {key!r} has invalid sizes {raw!r}")
         return cls(ctx, dim, n_out, sections, is_list)
