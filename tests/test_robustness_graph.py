@@ -423,3 +423,33 @@ def test_bias_false_with_a_stored_bias_is_refused(tmp_path, op_type):
                                            "c.bias": np.ones(2, np.float32)})
     with pytest.raises(KuiperXPError, match="bias=False but the file has a weight 'bias'"):
         load(param)
+
+
+def test_attention_flags_that_contradict_the_file_are_refused(tmp_path):
+    """An nn.MultiheadAttention line edited to bias=False kept using its stored biases (5.0 off
+    a real bias-free attention), and with bias=True and in_proj_bias removed ran without it
+    (0.46 off); scaled_dot_product_attention's is_causal=None ran non-causally."""
+    torch = pytest.importorskip("torch")
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import export_torch
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x):
+            y = self.a(x, x, x, need_weights=False)[0]
+            return torch.nn.functional.scaled_dot_product_attention(y, y, y, is_causal=True)
+
+    param = export_torch(M().eval(), (torch.randn(2, 5, 8),), tmp_path, inputs2=(torch.randn(3, 5, 8),))
+    text = param.read_text()
+    assert " bias=True " in text and "is_causal=True" in text
+    load(param)  # (the export itself loads)
+    for old, new, msg in [(" bias=True ", " bias=False ", r"bias=False, but in_proj_bias is present"),
+                          (" @in_proj_bias=(24)f32", "", r"bias=True, but in_proj_bias is absent"),
+                          ("is_causal=True", "is_causal=None", r"is_causal=None; it should be True or False")]:
+        param.write_text(text.replace(old, new, 1))
+        with pytest.raises(KuiperXPError, match=msg):
+            load(param)

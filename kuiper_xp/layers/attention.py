@@ -169,6 +169,13 @@ class MultiheadAttention(Layer):
             w["q_b"], w["k_b"], w["v_b"] = ipb[:E], ipb[E:2 * E], ipb[2 * E:]
         w["o_t"] = packed("out_proj.weight", (E, E))
         w["o_b"] = want("out_proj.bias", (E,), optional=True)
+        has_bias = op.param("bias", bool, default=None)
+        if has_bias is not None and has_bias != (ipb is not None) or has_bias is not None and has_bias != (
+                w["o_b"] is not None):
+            state = {True: "present", False: "absent"}
+            raise LayerParameterError(
+                f"{op.where}: bias={has_bias}, but in_proj_bias is {state[ipb is not None]} and out_proj.bias is "
+                f"{state[w['o_b'] is not None]}")
         if op.param("add_bias_kv", bool, default=False):
             w["bias_k"] = xp.reshape(want("bias_k", (1, 1, E)), (1, 1, E))
             w["bias_v"] = xp.reshape(want("bias_v", (1, 1, E)), (1, 1, E))
@@ -525,6 +532,8 @@ class ScaledDotProductAttention(Layer):
         pos = input_slots(op, ("query", "key", "value", "attn_mask"))
         if not {"query", "key", "value"} <= set(pos):
             raise LayerParameterError(f"{op.where}: needs query, key and value inputs")
+        if "is_causal" in op.params and op.params["is_causal"] is None:
+            raise LayerParameterError(f"{op.where}: is_causal=None; it should be True or False")
         causal = op.param("is_causal", bool, default=False)
         if causal and "attn_mask" in pos:
             raise LayerParameterError(f"{op.where}: is_causal=True with an attn_mask (torch rejects this too)")
