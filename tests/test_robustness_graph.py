@@ -408,6 +408,16 @@ def test_affine_norm_missing_a_weight_is_refused(tmp_path, attrs, missing):
         load(param)
 
 
+def test_linear_bias_false_with_a_stored_bias_is_refused(tmp_path):
+    param = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0 #0=(1,2)f32",
+        "nn.Linear c 1 1 0 1 bias=False in_features=2 out_features=2 @bias=(2)f32 @weight=(2,2)f32 "
+        "#0=(1,2)f32 #1=(1,2)f32",
+        "pnnx.Output out 1 0 1"], weights={"c.weight": np.ones((2, 2), np.float32), "c.bias": np.ones(2, np.float32)})
+    with pytest.raises(KuiperXPError, match="bias=False but the file has a weight 'bias'"):
+        load(param)
+
+
 @pytest.mark.parametrize("op_type", ["nn.Conv2d", "nn.Conv3d"])
 def test_bias_false_with_a_stored_bias_is_refused(tmp_path, op_type):
     """nn.Conv2d used the stored @bias and nn.Conv3d ignored it: two answers to one file."""

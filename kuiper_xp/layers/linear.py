@@ -81,6 +81,8 @@ class Linear(FusesActivation, Layer):
             bias = op.weight("bias", ctx, optional=True)
             if op.param("bias", None, default=None) is True and bias is None:
                 raise LayerParameterError(f"{op.where}: parameter bias=True but weight 'bias' is missing")
+            if op.param("bias", None, default=None) is False and bias is not None:
+                raise LayerParameterError(f"{op.where}: parameter bias=False but the file has a weight 'bias'")
             if bias is not None and weight_t is not None and tuple(bias.shape) != (weight_t.shape[1],):
                 raise LayerParameterError(f"{op.where}: bias has shape {tuple(bias.shape)}, expected "
                                           f"({weight_t.shape[1]},)")
