@@ -178,6 +178,12 @@ def test_outputs_are_checked_against_the_annotations_on_every_shape(tmp_path):
         np.testing.assert_array_equal(g(x2)[0], np.maximum(x2, 0))
     with pytest.raises(ShapeError, match=r"nn.ReLU 'relu'.*output '1' has shape \(4, 3\), the model declares \(2,3\)"):
         g(np.ones((4, 3), np.float32))
+    p.write_text(text.replace("#1=(2,3)f32", "#1=(?,4)f32"))
+    g4, _ = _load_text(tmp_path, p.read_text())
+    with pytest.raises(ShapeError, match=r"declares \(\?,4\) \(pnnx declares a size fixed where both example"):
+        g4(x2)
+    p.write_text(text)
+    g, p = _load_text(tmp_path, text)
     np.testing.assert_array_equal(g(x2)[0], np.maximum(x2, 0))
     p.write_text(text.replace("#1=(2,3)f32", "#1=(2,3)f16"))
     g = kuiper_xp.load(p, backend="numpy")

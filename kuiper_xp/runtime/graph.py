@@ -1049,8 +1049,13 @@ def _check_output(r: RuntimeOperator, operand: Operand, value: Any, rank_only: b
     exp = _unknown_dims(operand.shape) if rank_only else operand.shape
     if exp is not None:
         if len(shape) != len(exp) or any(e is not None and e != s for e, s in zip(exp, shape)):
+            hint = ""
+            if len(shape) == len(exp) and None in exp:
+                hint = (" (pnnx declares a size fixed where both example inputs of the export gave it, "
+                        "even one that follows the input's: export with example inputs that differ in "
+                        "every size meant to vary; README, 'Fixed by coincidence')")
             raise ShapeError(f"{r.op.where}: output {operand.name!r} has shape {tuple(shape)}, "
-                             f"the model declares {operand.shape_str()}")
+                             f"the model declares {operand.shape_str()}{hint}")
     if operand.dtype is not None and operand.dtype in DTYPES:
         got = _dtype_name(value.dtype)
         want = DTYPES[operand.dtype][0]
