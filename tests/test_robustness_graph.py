@@ -320,14 +320,20 @@ def test_wrong_number_of_inputs_is_refused_at_load(tmp_path, line, n):
         load(param)
 
 
-def test_group_norm_weight_of_the_wrong_length_is_refused_at_load(tmp_path):
-    param = write_model(tmp_path, [
-        "pnnx.Input in 0 1 0 #0=(1,4,3,3)f32",
-        "nn.GroupNorm gn 1 1 0 1 affine=True eps=1e-05 num_channels=4 num_groups=2 @bias=(4)f32 "
-        "@weight=(3)f32 #0=(1,4,3,3)f32 #1=(1,4,3,3)f32",
-        "pnnx.Output out 1 0 1"], weights={"gn.weight": np.ones(3, np.float32), "gn.bias": np.zeros(4, np.float32)})
-    with pytest.raises(KuiperXPError, match=r"nn.GroupNorm 'gn'.*@weight has shape \(3,\), expected \(4,\)"):
+def _refused_at_load(tmp_path, input_shape: str, line: str, match: str, weights=None) -> None:
+    """A one-operator model (input ``#0=input_shape``, ``line``, output 1) refused by load()."""
+    param = write_model(tmp_path, [f"pnnx.Input in 0 1 0 #0={input_shape}f32", line, "pnnx.Output out 1 0 1"],
+                        weights=weights)
+    with pytest.raises(KuiperXPError, match=match):
         load(param)
+
+
+def test_group_norm_weight_of_the_wrong_length_is_refused_at_load(tmp_path):
+    _refused_at_load(tmp_path, "(1,4,3,3)",
+                     "nn.GroupNorm gn 1 1 0 1 affine=True eps=1e-05 num_channels=4 num_groups=2 @bias=(4)f32 "
+                     "@weight=(3)f32 #0=(1,4,3,3)f32 #1=(1,4,3,3)f32",
+                     r"nn.GroupNorm 'gn'.*@weight has shape \(3,\), expected \(4,\)",
+                     {"gn.weight": np.ones(3, np.float32), "gn.bias": np.zeros(4, np.float32)})
 
 
 def test_none_parameter_takes_torchs_default(tmp_path):
@@ -400,22 +406,16 @@ def test_mutated_parameters_are_refused_not_run(tmp_path, line, error, msg):
 def test_affine_norm_missing_a_weight_is_refused(tmp_path, attrs, missing):
     """affine=True with @bias or @weight missing ran with 0 / 1 in its place (1.3-6.4 off)."""
     ws = {f"n.{k}": np.ones(6, np.float32) for k in ("weight", "bias") if f"@{k}" in attrs}
-    param = write_model(tmp_path, [
-        "pnnx.Input in 0 1 0 #0=(1,6,4,4)f32",
-        f"nn.InstanceNorm2d n 1 1 0 1 affine=True eps=1e-05 num_features=6 track_running_stats=False {attrs}",
-        "pnnx.Output out 1 0 1"], weights=ws)
-    with pytest.raises(KuiperXPError, match=f"affine=True but @{missing} is missing"):
-        load(param)
+    _refused_at_load(tmp_path, "(1,6,4,4)",
+                     f"nn.InstanceNorm2d n 1 1 0 1 affine=True eps=1e-05 num_features=6 track_running_stats=False "
+                     f"{attrs}", f"affine=True but @{missing} is missing", ws)
 
 
 def test_linear_bias_false_with_a_stored_bias_is_refused(tmp_path):
-    param = write_model(tmp_path, [
-        "pnnx.Input in 0 1 0 #0=(1,2)f32",
-        "nn.Linear c 1 1 0 1 bias=False in_features=2 out_features=2 @bias=(2)f32 @weight=(2,2)f32 "
-        "#0=(1,2)f32 #1=(1,2)f32",
-        "pnnx.Output out 1 0 1"], weights={"c.weight": np.ones((2, 2), np.float32), "c.bias": np.ones(2, np.float32)})
-    with pytest.raises(KuiperXPError, match="bias=False but the file has a weight 'bias'"):
-        load(param)
+    _refused_at_load(tmp_path, "(1,2)",
+                     "nn.Linear c 1 1 0 1 bias=False in_features=2 out_features=2 @bias=(2)f32 @weight=(2,2)f32 "
+                     "#0=(1,2)f32 #1=(1,2)f32", "bias=False but the file has a weight 'bias'",
+                     {"c.weight": np.ones((2, 2), np.float32), "c.bias": np.ones(2, np.float32)})
 
 
 @pytest.mark.parametrize("op_type", ["nn.Conv2d", "nn.Conv3d"])
@@ -424,15 +424,12 @@ def test_bias_false_with_a_stored_bias_is_refused(tmp_path, op_type):
     nd = 3 if op_type.endswith("3d") else 2
     k = ",".join(["1"] * nd)
     shape = ",".join(["4"] * nd)
-    param = write_model(tmp_path, [
-        f"pnnx.Input in 0 1 0 #0=(1,2,{shape})f32",
-        f"{op_type} c 1 1 0 1 bias=False dilation=({k}) groups=1 in_channels=2 kernel_size=({k}) out_channels=2 "
-        f"padding=({','.join(['0'] * nd)}) padding_mode=zeros stride=({k}) @bias=(2)f32 @weight=(2,2,{k})f32 "
-        f"#0=(1,2,{shape})f32 #1=(1,2,{shape})f32",
-        "pnnx.Output out 1 0 1"], weights={"c.weight": np.ones((2, 2) + (1,) * nd, np.float32),
-                                           "c.bias": np.ones(2, np.float32)})
-    with pytest.raises(KuiperXPError, match="bias=False but the file has a weight 'bias'"):
-        load(param)
+    _refused_at_load(tmp_path, f"(1,2,{shape})",
+                     f"{op_type} c 1 1 0 1 bias=False dilation=({k}) groups=1 in_channels=2 kernel_size=({k}) "
+                     f"out_channels=2 padding=({','.join(['0'] * nd)}) padding_mode=zeros stride=({k}) @bias=(2)f32 "
+                     f"@weight=(2,2,{k})f32 #0=(1,2,{shape})f32 #1=(1,2,{shape})f32",
+                     "bias=False but the file has a weight 'bias'",
+                     {"c.weight": np.ones((2, 2) + (1,) * nd, np.float32), "c.bias": np.ones(2, np.float32)})
 
 
 def test_attention_flags_that_contradict_the_file_are_refused(tmp_path):

@@ -118,7 +118,6 @@ class MultiheadAttention(Layer):
         self.w = w
         self.weights_rank = weights_rank
         self._attention = getattr(ctx.fast, "attention", None)
-        self.lone_mask: str | None = None  # a lone 2-D mask's role by the declared shapes
         #: what each output is, "out" (attn_output) or "weights", in the file's order (pnnx lists
         #: them in the order the model first uses them: the weights first when they are)
         self.roles: tuple[str, ...] = ("out", "weights")[:n_outputs]
@@ -194,7 +193,6 @@ class MultiheadAttention(Layer):
             weights_rank = len(op.outputs[roles.index("weights")].shape)
         layer = cls(ctx, where=op.where, embed_dim=E, num_heads=H, kdim=kdim, vdim=vdim,
                     batch_first=batch_first, w=w, n_outputs=len(op.outputs), weights_rank=weights_rank)
-        layer.lone_mask = _lone_mask_role(op, E, batch_first)
         layer.mask_hints = _mask_hints(op, E, batch_first)
         layer.query_hint = _query_hint(op, E)
         layer.not_data = tuple(i for i, o in enumerate(op.inputs)
@@ -296,8 +294,6 @@ class MultiheadAttention(Layer):
                     r = hint
                 elif len(masks) == 2 and len(decided) == 1:
                     r = "attn" if decided[0] == "kpm" else "kpm"
-                elif len(masks) == 1 and self.lone_mask is not None:
-                    r = self.lone_mask
                 else:
                     r = by_order
                     if r is None:
@@ -493,26 +489,6 @@ def _mask_hints(op: Any, E: int, batch_first: bool) -> dict[int, str]:
         elif sh[0] == length and sh[0] != n:
             hints[i] = "attn"
     return hints
-
-
-def _lone_mask_role(op: Any, E: int, batch_first: bool) -> str | None:
-    """For a MultiheadAttention with one 2-D mask input: ``"kpm"`` or ``"attn"`` when the shapes
-    the file declares tell them apart (the mask's first dimension is the batch's and not the
-    query length's, or the other way round; ``?`` for a dynamic one), else None."""
-    shapes = [o.shape for o in op.inputs]
-    queries = [sh for sh in shapes if sh is not None and len(sh) == 3 and sh[-1] == E]
-    masks = [sh for sh in shapes if sh is not None and len(sh) == 2]
-    if len(masks) != 1 or not queries or len(masks) + sum(1 for sh in shapes if sh is not None and len(sh) == 3) \
-            != len(shapes):
-        return None
-    q = queries[0]
-    n, length = (q[0], q[1]) if batch_first else (q[1], q[0])
-    a = masks[0][0]
-    if a == n and a != length:
-        return "kpm"
-    if a == length and a != n:
-        return "attn"
-    return None
 
 
 @register("F.scaled_dot_product_attention")

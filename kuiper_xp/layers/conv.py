@@ -24,7 +24,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, SpatialLayer, apply_plain_spec, checked_activation, is_plain_spec
-from .misc import refuse_weight_twice
+from .misc import operand_slots
 from .registry import register
 
 
@@ -34,23 +34,6 @@ def _dims(op) -> int:
 
 def _to2(v: tuple[int, ...], nd: int, fill: int) -> tuple[int, int]:
     return (fill, v[0]) if nd == 1 else (v[0], v[1])
-
-
-def _operand_slots(op, names: tuple[str, ...]) -> dict[str, int]:
-    """Which input position carries ``$input``, ``$weight``, ``$bias`` (unnamed inputs follow
-    torch's positional order)."""
-    slots: dict[str, int] = {}
-    for i, key in enumerate(op.input_names or [""] * len(op.inputs)):
-        if key in names and key not in slots:
-            slots[key] = i
-    free = [n for n in names if n not in slots]
-    for i in range(len(op.inputs)):
-        if i not in slots.values() and free:
-            slots[free.pop(0)] = i
-    if "input" not in slots:
-        raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
-    refuse_weight_twice(op, slots)
-    return slots
 
 
 def _weight_and_bias(op, ctx: BuildContext, slots: dict[str, int]):
@@ -199,7 +182,7 @@ class Convolution(_ConvBase):
     @classmethod
     def from_operator(cls, op, ctx):
         nd = _dims(op)
-        slots = _operand_slots(op, ("input", "weight", "bias"))
+        slots = operand_slots(op, ("input", "weight", "bias"))
         weight, bias, _ = _weight_and_bias(op, ctx, slots)
         stride = _to2(op.ints("stride", nd, default=(1,) * nd), nd, 1)
         dilation = _to2(op.ints("dilation", nd, default=(1,) * nd), nd, 1)
@@ -364,7 +347,7 @@ class ConvTranspose(_ConvBase):
     @classmethod
     def from_operator(cls, op, ctx):
         nd = _dims(op)
-        slots = _operand_slots(op, ("input", "weight", "bias"))
+        slots = operand_slots(op, ("input", "weight", "bias"))
         weight, bias, _ = _weight_and_bias(op, ctx, slots)
         stride = _to2(op.ints("stride", nd, default=(1,) * nd), nd, 1)
         dilation = _to2(op.ints("dilation", nd, default=(1,) * nd), nd, 1)

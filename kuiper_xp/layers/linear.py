@@ -10,23 +10,8 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
-from .misc import refuse_weight_twice
+from .misc import operand_slots
 from .registry import register
-
-
-def _slots(op, names: tuple[str, ...]) -> dict[str, int]:
-    slots: dict[str, int] = {}
-    for i, key in enumerate(op.input_names or [""] * len(op.inputs)):
-        if key in names and key not in slots:
-            slots[key] = i
-    free = [n for n in names if n not in slots]
-    for i in range(len(op.inputs)):
-        if i not in slots.values() and free:
-            slots[free.pop(0)] = i
-    if "input" not in slots:
-        raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
-    refuse_weight_twice(op, slots)
-    return slots
 
 
 def _row_bias(shape: tuple, out: int) -> bool:
@@ -49,7 +34,7 @@ class Linear(FusesActivation, Layer):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        slots = _slots(op, ("input", "weight", "bias"))
+        slots = operand_slots(op, ("input", "weight", "bias"))
         if "weight" in slots and "bias" in slots:  # operands: compare what the file declares
             ws, bs = op.inputs[slots["weight"]].shape, op.inputs[slots["bias"]].shape
             if (ws is not None and bs is not None and len(ws) == 2 and ws[0] is not None
@@ -151,7 +136,7 @@ class BatchNorm(Layer):
     @classmethod
     def from_operator(cls, op, ctx):
         eps = op.param("eps", float, default=1e-5)
-        slots = _slots(op, ("input", "running_mean", "running_var", "weight", "bias"))
+        slots = operand_slots(op, ("input", "running_mean", "running_var", "weight", "bias"))
         if op.param("training", bool, default=False):
             raise LayerParameterError(f"{op.where}: training=True batch norm is not supported (inference only)")
         names = ("running_mean", "running_var", "weight", "bias")

@@ -56,6 +56,24 @@ def input_slots(op: Any, names: Sequence[str]) -> dict[str, int]:
     return slots
 
 
+def operand_slots(op: Any, names: Sequence[str]) -> dict[str, int]:
+    """Which input position carries each of ``names`` (``$input``, ``$weight``, ``$bias``, ...):
+    ``$key`` names first, then unnamed inputs in torch's positional order (extra ones ignored,
+    unlike :func:`input_slots`); a data input is required."""
+    slots: dict[str, int] = {}
+    for i, key in enumerate(op.input_names or [""] * len(op.inputs)):
+        if key in names and key not in slots:
+            slots[key] = i
+    free = [n for n in names if n not in slots]
+    for i in range(len(op.inputs)):
+        if i not in slots.values() and free:
+            slots[free.pop(0)] = i
+    if "input" not in slots:
+        raise LayerParameterError(f"{op.where}: no data input; inputs are {op.input_names}")
+    refuse_weight_twice(op, slots)
+    return slots
+
+
 def refuse_weight_twice(op: Any, slots: dict[str, int]) -> None:
     """Refuse an operator given a weight both as its own ``@name`` and as an input for the same
     slot (``nn.LayerNorm`` with an extra input, say): pnnx never writes that (a tied weight comes

@@ -39,8 +39,8 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from . import functional as fn
 from .base import BuildContext, FusesActivation, Layer
-from .conv import _operand_slots as conv_operand_slots
 from .conv3d import _triple, conv3d_padding
+from .misc import operand_slots
 from .registry import register
 
 #: Largest im2col / col2im matrix (in elements) built in one piece; past it, one product per tap.
@@ -161,7 +161,7 @@ def _operand_slots(op) -> dict[str, int]:
     if len(op.inputs) > 3:
         raise LayerParameterError(f"{op.where}: takes at most 3 inputs (input, weight, bias), found "
                                   f"{len(op.inputs)}")
-    return conv_operand_slots(op, ("input", "weight", "bias"))
+    return operand_slots(op, ("input", "weight", "bias"))
 
 
 def _window_params(op) -> tuple[Triple, Triple, int]:
