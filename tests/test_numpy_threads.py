@@ -443,3 +443,33 @@ def test_fast_softmax_long_rows_near_the_no_shift_bound(threads3):
     np.testing.assert_allclose(got, torch.softmax(torch.from_numpy(x), -1).numpy(), rtol=1e-5)
     want = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), scale=1.0).numpy()
     np.testing.assert_allclose(att, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared-state", "errstate"])
+def test_scope_silences_floating_point_errors_and_restores_the_callers_state(monkeypatch, prepared):
+    """Inside a (nested) scope numpy's floating-point conditions are ignored and the ufunc
+    buffer is UFUNC_BUFSIZE; on leaving, the caller's own settings (here: raise on division by
+    zero, a buffer of 16384) are back, also after an exception. Both ways of setting them:
+    the prepared error state, and np.errstate / np.setbufsize where numpy has none."""
+    if not prepared:
+        monkeypatch.setattr(nf, "_EXTOBJ", None)
+    elif nf._EXTOBJ is None:
+        pytest.skip("this numpy has no error-state context variable")
+    with np.errstate(divide="raise", invalid="warn"):
+        np.setbufsize(16384)
+        try:
+            with nf.compute_scope():
+                assert np.geterr() == {"divide": "ignore", "over": "ignore", "under": "ignore", "invalid": "ignore"}
+                assert np.getbufsize() == nf.UFUNC_BUFSIZE
+                np.log(np.zeros(2))  # would raise outside
+                with nf.compute_scope():
+                    np.divide(np.ones(1), 0.0)
+                assert np.geterr()["divide"] == "ignore"
+            with pytest.raises(KeyError), nf.compute_scope():
+                raise KeyError("inside")
+            assert np.geterr()["divide"] == "raise" and np.geterr()["invalid"] == "warn"
+            assert np.getbufsize() == 16384
+            with pytest.raises(FloatingPointError):
+                np.log(np.zeros(2))
+        finally:
+            np.setbufsize(8192)
