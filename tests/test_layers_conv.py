@@ -595,6 +595,7 @@ def test_numpy_fast_dilated_conv_one_gemm_per_tap(monkeypatch, case, dtype):
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
     monkeypatch.setattr(nf, "TAPS_MIN_SAVED_MACS", 0)  # (small channel counts: the path's mechanics)
+    monkeypatch.setattr(nf, "SMALL_CONV_MACS", 0)  # (and not the plain GEMM of tiny convolutions)
     x = rnd(n, 5, h, w_).astype(dtype)
     w, b = rnd(7, 5, kh, kw, seed=1).astype(dtype), rnd(7, seed=2).astype(dtype) if bias else None
     plan = nf.conv2d_plan(w, b, stride=(1, 1), dilation=dil, pads=pads)
@@ -1433,3 +1434,56 @@ def test_operand_workspace_spaces_aliasing_rows():
     assert c.flags.c_contiguous and c.shape == (5, 200)
     d = nf._operand_workspace((5, 32), np.float64, slot=90)  # 256 bytes a row: padded too
     assert d.strides == ((32 + 8) * 8, 8)
+
+
+_SMALL_CASES = [
+    # (n, c, o, k, stride, dilation, pads ((t, b), (l, r)), groups, h, w, dtype, activation)
+    (1, 1, 16, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 1, 28, 28, np.float32, "relu"),  # an MNIST stem
+    (1, 16, 32, (3, 3), (2, 2), (1, 1), ((1, 1), (1, 1)), 1, 14, 14, np.float32, None),
+    (3, 6, 8, (5, 3), (1, 2), (1, 1), ((2, 1), (0, 2)), 2, 11, 9, np.float32, ("clamp", 0.0, 6.0)),
+    (2, 8, 12, (3, 3), (1, 1), (2, 2), ((2, 2), (2, 2)), 4, 9, 10, np.float64, ("leaky", 0.1)),
+    (1, 4, 6, (2, 4), (3, 1), (1, 2), ((0, 0), (0, 0)), 1, 13, 12, np.float32, None),  # no padding
+    (4, 3, 5, (1, 3), (1, 1), (1, 1), ((0, 0), (1, 1)), 1, 5, 7, np.float32, ("leaky", 0.2)),
+    (1, 48, 48, (3, 3), (1, 1), (1, 1), ((1, 1), (1, 1)), 1, 8, 8, np.float32, ("leaky", 0.1)),  # Winograd's
+]
+
+
+@pytest.mark.parametrize("case", _SMALL_CASES, ids=lambda c: f"{c[0]}x{c[1]}to{c[2]}k{c[3]}s{c[4]}d{c[5]}g{c[7]}")
+def test_tiny_convolutions_take_one_plain_gemm_and_match_torch(monkeypatch, case):
+    """A convolution of at most SMALL_CONV_MACS multiply-adds, on a plan whose algorithm was
+    chosen automatically, runs as one im2col and GEMM (Conv2dPlan._run_small): against torch
+    for groups, strides, dilations, uneven padding, batches, float64 and each fused activation
+    (a leaky ReLU applied twice would show: the Winograd-chosen plan applies it after the
+    convolution itself). A plan whose algorithm was named keeps it."""
+    n, c, o, k, s, d, pads, g, h, w, dt, act = case
+    rng = np.random.default_rng(len(_SMALL_CASES) + n * c * o)
+    x = rng.standard_normal((n, c, h, w)).astype(dt)
+    wt = rng.standard_normal((o, c // g, *k)).astype(dt)
+    b = rng.standard_normal(o).astype(dt)
+    calls = []
+    real = nf.Conv2dPlan._run_small
+
+    def spy(self, *args, **kw):
+        calls.append(self.algo)
+        return real(self, *args, **kw)
+    monkeypatch.setattr(nf.Conv2dPlan, "_run_small", spy)
+    plan = nf.conv2d_plan(wt, b, stride=s, dilation=d, groups=g, pads=pads, input_hw=(h, w))
+    with nf.compute_scope():
+        got = np.array(plan(x, act))
+    (t, bo), (l, r) = pads
+    ref = F.conv2d(F.pad(torch.from_numpy(x), (l, r, t, bo)), torch.from_numpy(wt), torch.from_numpy(b),
+                   stride=s, dilation=d, groups=g)
+    if act == "relu":
+        ref = torch.relu(ref)
+    elif act is not None and act[0] == "clamp":
+        ref = ref.clamp(act[1], act[2])
+    elif act is not None:
+        ref = F.leaky_relu(ref, act[1])
+    assert calls == [plan.algo], (calls, plan.algo)
+    assert got.dtype == dt and got.shape == tuple(ref.shape)
+    assert_close(got, ref.numpy(), rtol=1e-5 if dt == np.float32 else 1e-12, what=f"tiny convolution {case}")
+    named = nf.conv2d_plan(wt, b, stride=s, dilation=d, groups=g, pads=pads, algo="gemm")
+    with nf.compute_scope():
+        again = np.array(named(x, act))
+    assert calls == [plan.algo]  # (not taken for the named algorithm)
+    assert_close(again, ref.numpy(), rtol=1e-5 if dt == np.float32 else 1e-12, what="gemm")
