@@ -583,10 +583,11 @@ def optional_paths() -> list[tuple[str, bool, bool, str]]:
 
     from . import mkl_kernels
 
+    lib = mkl_kernels.find_library()  # (this Python's prefix, its base installation's, conda's)
     return [("numba kernels", importlib.util.find_spec("numba") is not None, numba_enabled(),
              "KUIPER_XP_NUMBA=1 switches it on; pip install -e '.[numba]'"),
-            ("MKL products and vector math", mkl_kernels.find_library() is not None, mkl_enabled(),
-             "KUIPER_XP_MKL=1 switches it on; pip install -e '.[mkl]'")]
+            ("MKL products and vector math", lib is not None, mkl_enabled(),
+             f"{'found at ' + lib + '; ' if lib else ''}KUIPER_XP_MKL=1 switches it on; pip install -e '.[mkl]'")]
 
 
 def _mm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 from .base import Backend
 
 EXTRA = "test"
-DESCRIPTION = "array_api_strict (standard-only test backend; devices CPU_DEVICE, device1)"
+DESCRIPTION = "array_api_strict (standard-only test backend; CPU_DEVICE and fake devices)"
 
 
 def probe() -> tuple[bool, str]:

@@ -18,6 +18,7 @@ run.py only loads the library of the engine it measures.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 __all__ = ["Runner", "make_runner", "engine_label", "PEERS"]
@@ -28,6 +29,19 @@ PEERS = ("torch", "torch-cuda", "onnxruntime", "ncnn")
 def engine_label(engine: str, backend: str | None = None) -> str:
     return f"kuiper[{backend}]" if engine == "kuiper" else engine
 
+
+
+def _ncnn_leftovers(path) -> str:
+    """Why ncnn refused a pnnx ncnn export, where the file shows it: the operators pnnx's ncnn
+    pass left unconverted (torch-level types ncnn has no layer for; ncnn itself only prints
+    "layer ... not exists or registered" on the console)."""
+    try:
+        lines = Path(path).read_text().splitlines()[2:]
+    except OSError:
+        return ""
+    left = sorted({ln.split()[0] for ln in lines
+                   if ln.split() and ln.split()[0].startswith(("pnnx.", "aten::", "torch.", "Tensor.", "F.", "nn."))})
+    return f" (pnnx left operators ncnn has no layer for: {', '.join(left)})" if left else ""
 
 class Runner:
     engine = ""
@@ -285,7 +299,7 @@ class NcnnRunner(Runner):
         net.opt.num_threads = self.threads
         net.opt.openmp_blocktime = 0  # no spinning (gomp follows OMP_WAIT_POLICY anyway)
         if net.load_param(str(files.ncnn_param)) != 0:
-            raise RuntimeError(f"ncnn load_param failed: {files.ncnn_param}")
+            raise RuntimeError(f"ncnn load_param failed: {files.ncnn_param}{_ncnn_leftovers(files.ncnn_param)}")
         if net.load_model(str(files.ncnn_bin)) != 0:
             raise RuntimeError(f"ncnn load_model failed: {files.ncnn_bin}")
         self.net = net

@@ -503,8 +503,9 @@ def markdown(result: dict) -> str:
              "- rel err = max|out - torch| / max|torch| over all outputs; load = ready / first: file to "
              "runnable (kuiper-xp: parse + build; onnxruntime: session creation; ncnn: load_param + "
              "load_model; torch: module construction) / file to first result (ready + the first run)",
-             "- peak RSS = high-water RSS (VmHWM) of a fresh process per (engine, model, batch); "
-             "Δ = above the same process after importing the engine and reading the input", ""]
+             ("- peak RSS = high-water RSS (VmHWM) of a fresh process per (engine, model, batch); "
+              "Δ = above the same process after importing the engine and reading the input"
+              if m.get("memory") else "- peak RSS: not measured in this run (--no-memory or --quick)"), ""]
     notes = set()
     for cell in result["cells"]:
         lines += [f"## {cell['model']}, batch {cell['batch']} (input {' '.join('x'.join(map(str, s)) for s in cell['input_shapes'])})",
@@ -558,7 +559,8 @@ def markdown(result: dict) -> str:
                 e = by["all"]
             row.append("n/a" if e is None else "error" if e.get("error") else _ms(e["median_ms"]))
         lines.append(f"| {cell['model']} | {cell['batch']} | " + " | ".join(row) + " |")
-    rat_keys = sorted({k for c in result["cells"] for k in c["ratios"]})
+    # (in the order the engines ran: the default numpy backend first, as in the tables above)
+    rat_keys = list(dict.fromkeys(k for c in result["cells"] for k in c["ratios"]))
     if rat_keys:
         lines += ["", "## Ratios kuiper-xp / peer (medians; < 1 means kuiper-xp is faster)", "",
                   "| model | batch | " + " | ".join(rat_keys) + " |", "|---|---:|" + "---:|" * len(rat_keys)]

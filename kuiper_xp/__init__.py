@@ -41,6 +41,7 @@ from kuiper_xp.errors import (  # noqa: E402
     InputError,
     KuiperXPError,
     ModelFormatError,
+    ModelNotFoundError,
     ShapeError,
     UnsupportedOperatorError,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "GraphError",
     "InputError",
     "ModelFormatError",
+    "ModelNotFoundError",
     "ShapeError",
     "UnsupportedOperatorError",
 ]

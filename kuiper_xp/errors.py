@@ -14,6 +14,7 @@ __all__ = [
     "ShapeError",
     "ModelFormatError",
     "ParamFormatError",
+    "ModelNotFoundError",
     "BinFormatError",
     "ResourceLimitError",
     "GraphError",
@@ -57,6 +58,11 @@ class ParamFormatError(ModelFormatError):
         super().__init__(where + message)
         self.path = path
         self.line = line
+
+
+class ModelNotFoundError(KuiperXPError, FileNotFoundError):
+    """A ``.pnnx.param`` or ``.pnnx.bin`` file that does not exist (a ``FileNotFoundError``);
+    the message names it, and the model file beside it when the path was the stem or the weights."""
 
 
 class BinFormatError(ModelFormatError):

@@ -235,8 +235,16 @@ def test_binary_files_given_as_the_model_say_what_they_are(tmp_path, name, data,
 
 
 def test_missing_param_file(tmp_path):
-    with pytest.raises(ParamFormatError, match="file not found"):
+    """A missing model file is a FileNotFoundError (and a kuiper-xp error); given the stem of a
+    model that is there, the message names the file to pass."""
+    from kuiper_xp.errors import KuiperXPError, ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match="nope.pnnx.param: file not found$") as info:
         parse_param(tmp_path / "nope.pnnx.param")
+    assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, KuiperXPError)
+    (tmp_path / "m.pnnx.param").write_text("7767517\n0 0\n")
+    with pytest.raises(FileNotFoundError, match=r"m: file not found \(.*m\.pnnx\.param is there: pass that\)"):
+        parse_param(tmp_path / "m")
 
 
 # -- the .bin ---------------------------------------------------------------------------------

@@ -265,7 +265,7 @@ def test_missing_bin_member(tmp_path):
 
 def test_missing_bin_file(tmp_path):
     p = write_model(tmp_path, ATTR)
-    with pytest.raises(BinFormatError, match=r"m\.pnnx\.bin: weight file not found"):
+    with pytest.raises(FileNotFoundError, match=r"m\.pnnx\.bin: weight file not found"):
         load(p)
 
 

@@ -68,8 +68,9 @@ def test_wrong_input_count(models):
         g2(X, b=X)
 
 
-@pytest.mark.parametrize("shape,hint", [((3, 2), "dimensions 0, 1 fixed in the export"), ((2, 3, 1), ""),
-                                        ((6,), ""), ((1, 3), "static batch"), ((2, 4), "dimension 1 fixed"),
+@pytest.mark.parametrize("shape,hint", [((3, 2), "dimensions 0, 1 are fixed in the export: check the input; "
+                                                  "if they are meant to vary"), ((2, 3, 1), ""),
+                                        ((6,), ""), ((1, 3), "static batch"), ((2, 4), "dimension 1 is fixed"),
                                         ((), "")])
 def test_wrong_shape(models, shape, hint):
     g = kuiper_xp.load(models["chain"], backend="numpy")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kuiper_xp.errors import BinFormatError, KuiperXPError, ResourceLimitError
+from kuiper_xp.errors import BinFormatError, KuiperXPError, ModelNotFoundError, ResourceLimitError
 from kuiper_xp.limits import get_limits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,7 +79,7 @@ class BinReader:
         try:
             self._file = open(self.path, "rb")
         except FileNotFoundError:
-            raise BinFormatError(f"{self.path}: weight file not found (expected beside the .param)") from None
+            raise ModelNotFoundError(f"{self.path}: weight file not found (expected beside the .param)") from None
         except OSError as exc:
             raise BinFormatError(f"{self.path}: cannot open: {exc}") from None
         try:
@@ -126,7 +126,7 @@ class BinReader:
     def _check_one(self, w: WeightRef) -> zipfile.ZipInfo:
         """The member of ``w`` after checking it against the declaration (nothing is read)."""
         if self._zip is None:
-            raise BinFormatError(f"{self.path}: weight file not found (needed for {w.member!r})")
+            raise ModelNotFoundError(f"{self.path}: weight file not found (needed for {w.member!r})")
         info = self._members.get(w.member)
         if info is None:
             raise BinFormatError(

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from kuiper_xp.errors import ParamFormatError, ResourceLimitError
+from kuiper_xp.errors import ModelNotFoundError, ParamFormatError, ResourceLimitError
 from kuiper_xp.limits import get_limits
 
 from .ir import DTYPES, Model, Operand, Operator, WeightRef
@@ -117,6 +117,14 @@ def _raise_limit(exc: ResourceLimitError, where: str) -> None:
                              "the KUIPER_XP_MAX_... environment variable)") from None
 
 
+def _param_hint(path: Path) -> str:
+    """For a missing model path: the ``.pnnx.param`` its stem names, where there is one."""
+    for cand in (path.with_name(path.name + ".pnnx.param"), path.with_name(path.name + ".param")):
+        if cand.is_file():
+            return f" ({cand} is there: pass that)"
+    return ""
+
+
 def parse_param(path: str | os.PathLike) -> Model:
     """Parse a ``.pnnx.param`` file into a :class:`Model` (no weights attached)."""
     path = Path(path)
@@ -124,7 +132,7 @@ def parse_param(path: str | os.PathLike) -> Model:
     try:
         size = path.stat().st_size
     except FileNotFoundError:
-        raise ParamFormatError("file not found", str(path)) from None
+        raise ModelNotFoundError(f"{path}: file not found{_param_hint(path)}") from None
     except (OSError, ValueError) as exc:
         raise ParamFormatError(f"cannot read: {exc}", str(path)) from None
     if size > limits.max_param_bytes:

@@ -648,9 +648,11 @@ class Graph:
                             "inputs2= to make the batch dynamic)")
                 elif len(shape) == len(exp):
                     fixed = [d for d, (e, s) in enumerate(zip(exp, shape)) if e is not None and e != s]
-                    hint = (f" (dimension{'s' if len(fixed) > 1 else ''} {', '.join(map(str, fixed))} "
-                            "fixed in the export: give pnnx's inputs2= another size in every dimension "
-                            "meant to vary)")
+                    many = len(fixed) > 1
+                    hint = (f" (dimension{'s' if many else ''} {', '.join(map(str, fixed))} "
+                            f"{'are' if many else 'is'} fixed in the export: check the input; if "
+                            f"{'they are' if many else 'it is'} meant to vary, export with pnnx's "
+                            "inputs2= giving another size there)")
                 raise InputError(f"input {k} ({spec.name}) has shape {shape}, the model expects {spec}{hint}")
         if is_numpy:  # ('>f4' is float32; dtype.name is a slow property: a cache by dtype)
             dname = _NUMPY_NAMES.get(x.dtype)
