@@ -37,8 +37,8 @@ _SQRT1_2 = 0.70710678118654752440
 _SQRT_2_PI = 0.79788456080286535588  # sqrt(2 / pi)
 
 
-#: dtype -> whether it is a real floating dtype (``xp.isdtype``), filled as dtypes are met
-_REAL_FLOATING: dict[Any, bool] = {}
+#: (dtype's type, dtype) -> whether it is a real floating dtype (``xp.isdtype``), filled as met
+_REAL_FLOATING: dict[tuple, bool] = {}
 
 class _Unary(Layer):
     """Shared helpers: 0-d constants of the input's dtype, float promotion of integer input."""
@@ -80,16 +80,17 @@ class _Unary(Layer):
     def _floating(self, x: Any) -> Any:
         """torch's unary float functions turn integer/bool tensors into float32."""
         xp = self.xp
-        real = _REAL_FLOATING.get(x.dtype)
+        key = (type(x.dtype), x.dtype)  # (the type first: dtypes of two libraries never compared)
+        real = _REAL_FLOATING.get(key)
         if real is None:  # (isdtype took 0.7 us a call, a tenth of a small softmax's)
-            real = _REAL_FLOATING[x.dtype] = bool(xp.isdtype(x.dtype, "real floating"))
+            real = _REAL_FLOATING[key] = bool(xp.isdtype(x.dtype, "real floating"))
         if real:
             return x
         return xp.astype(x, xp.float32)
 
     def _exp_limit(self, x: Any) -> float:
         """log(max finite value) of x's dtype: exp of anything below it does not overflow."""
-        key = x.dtype
+        key = (type(x.dtype), x.dtype)  # (see _floating)
         lim = _EXP_LIMITS.get(key)
         if lim is None:
             lim = math.floor(math.log(float(self.xp.finfo(x.dtype).max)))

@@ -60,6 +60,8 @@ from .registry import register
 
 
 def softmax_last(xp: Any, s: Any) -> Any:
+    if s.shape[-1] == 0:  # no keys (a max over an empty axis has no identity): empty weights, as torch
+        return s
     m = xp.max(s, axis=-1, keepdims=True)
     e = xp.exp(s - m)
     e /= xp.sum(e, axis=-1, keepdims=True)  # e is a fresh temporary
@@ -446,6 +448,8 @@ def _output_roles(op: Any, E: int, H: int, kdim: int, batch_first: bool,
     def fits(sh: tuple, role: str) -> bool:
         if role == "out" and sh[-1] != E:  # (embed_dim is fixed: never '?' in the output's shape)
             return False
+        if role == "weights" and S is None and sh[-1] is not None:
+            return False  # (a key length that differed between the examples is '?' in the weights too)
         return any(len(sh) == len(w) and all(a is None or b is None or a == b for a, b in zip(sh, w))
                    for w in want[role])
 
@@ -765,7 +769,8 @@ class Einsum(Layer):
             for c, s in zip(t, a.shape):
                 if sizes.get(c, 1) != 1 and s != 1 and sizes[c] != s:
                     raise ShapeError(f"{self.where}: index {c!r} has sizes {sizes[c]} and {s}")
-                sizes[c] = max(sizes.get(c, 1), s)
+                if s != 1 or c not in sizes:  # (a size 1 broadcasts; 0 is a size too, an empty one)
+                    sizes[c] = s
         dt = None
         if len(ops) > 1:
             dt = ops[0].dtype

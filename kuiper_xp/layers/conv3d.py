@@ -458,7 +458,8 @@ class AdaptiveMaxPool3d(_Adaptive3d):
         for d0, d1 in fn.adaptive_bounds(d, od):
             for h0, h1 in fn.adaptive_bounds(h, oh):
                 for w0, w1 in fn.adaptive_bounds(w, ow):
-                    region = xp.reshape(x[:, :, d0:d1, h0:h1, w0:w1], (n, c, -1))
+                    # (the window's size spelled out: numpy cannot infer -1 for an empty batch)
+                    region = xp.reshape(x[:, :, d0:d1, h0:h1, w0:w1], (n, c, (d1 - d0) * (h1 - h0) * (w1 - w0)))
                     vals.append(xp.max(region, axis=2))
                     r = fn.window_argmax(region, 2, xp=xp)  # torch: first maximum, else last NaN
                     bh, bw = h1 - h0, w1 - w0

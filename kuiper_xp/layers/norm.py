@@ -210,11 +210,14 @@ class GroupNorm(FusesActivation, _NormBase):
         if x.ndim < 2 or x.shape[1] % self.groups:
             raise ShapeError(f"{self.where}: input shape {tuple(x.shape)}: channels not divisible by {self.groups} groups")
         n, c = x.shape[0], x.shape[1]
+        if math.prod(x.shape) == 0:  # (an empty batch or map: nothing to normalise, no warning)
+            return self._activate(xp.empty_like(x))
         y = self._fast_norm(x, rest, self.groups)
         if y is not None:
             return y
         xc = self._compute_dtype(x)
-        g = xp.reshape(xc, (n, self.groups, -1))
+        # (the group size spelled out: numpy cannot infer -1 for an empty batch)
+        g = xp.reshape(xc, (n, self.groups, math.prod(x.shape[1:]) // self.groups))
         mean = xp.mean(g, axis=2, keepdims=True)
         d = g - mean
         var = xp.mean(d * d, axis=2, keepdims=True)
