@@ -395,3 +395,69 @@ def test_max_pool_modules_bind_outputs_by_declared_dtype(tmp_path, kind):
     for k, (a, e) in enumerate(zip(got, want)):
         assert np.asarray(a).dtype == e.numpy().dtype, f"output {k}"
         assert_close(a, e.numpy(), rtol=1e-6, what=f"output {k}")
+
+
+class _Unpool2d(nn.Module):
+    def forward(self, x):
+        p, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)  # (overlapping windows: repeated indices)
+        return F.max_unpool2d(p * 2, i, 3, 2, 1, output_size=[9, 7])
+
+
+class _Unpool1d(nn.Module):
+    def forward(self, x):
+        p, i = F.max_pool1d(x, 2, return_indices=True)
+        return F.max_unpool1d(p * 3, i, 2, output_size=[9])
+
+
+class _Unpool3d(nn.Module):
+    def forward(self, x):
+        p, i = F.max_pool3d(x, 2, return_indices=True)
+        return F.max_unpool3d(p - 1, i, 2, output_size=[4, 6, 6])
+
+
+class _UnpoolGiven(nn.Module):
+    def forward(self, x, i):
+        return F.max_unpool2d(x, i, 2, output_size=[4, 4])
+
+
+@pytest.mark.parametrize("name, module, shapes", [
+    ("2d", _Unpool2d, [(1, 2, 9, 7), (3, 2, 9, 7)]),
+    ("1d", _Unpool1d, [(1, 2, 9), (3, 2, 9)]),
+    ("3d", _Unpool3d, [(1, 2, 4, 6, 6), (2, 2, 4, 6, 6)]),
+])
+def test_max_unpool_matches_torch(backend, tmp_path, name, module, shapes):
+    """aten::max_unpool2d / max_unpool3d (SegNet's and ENet's decoders; 1-D goes through the
+    2-D one): the pooled values back at their argmax positions in zeros of output_size, with a
+    dynamic batch (0 too); an index outside the plane is a ShapeError naming the operator."""
+    from helpers import export_module
+
+    import kuiper_xp
+
+    m = module()
+    param = export_module(m, [torch.randn(*shapes[0])], tmp_path, inputs2=[torch.randn(*shapes[1])])
+    g = kuiper_xp.load(param, backend=backend.name, device=backend.device)
+    for n in (2, 1, 0):
+        x = torch.randn(n, *shapes[0][1:])
+        got = kuiper_xp.to_numpy(g(backend.asarray(x.numpy()))[0])
+        want = m(x).numpy()
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_max_unpool_given_indices_checks_their_range(tmp_path):
+    from helpers import export_module
+
+    import kuiper_xp
+
+    m = _UnpoolGiven()
+    ex = (torch.randn(1, 2, 2, 2), torch.randint(0, 16, (1, 2, 2, 2)))
+    param = export_module(m, ex, tmp_path, inputs2=(torch.randn(2, 2, 2, 2), torch.randint(0, 16, (2, 2, 2, 2))))
+    g = kuiper_xp.load(param, backend="numpy")
+    x, i = torch.randn(2, 2, 2, 2), torch.randperm(16)[:8].reshape(2, 2, 2).repeat(2, 1, 1, 1)
+    np.testing.assert_array_equal(g(x.numpy(), i.numpy())[0], m(x, i).numpy())
+    bad = i.clone()
+    bad[1, 1, 0, 1] = 16
+    with pytest.raises(RuntimeError):
+        m(x, bad)  # (torch refuses it too)
+    with pytest.raises(ShapeError, match=r"aten::max_unpool2d .*unpooling index 16 is out of range for a dimension of size 16"):
+        g(x.numpy(), bad.numpy())

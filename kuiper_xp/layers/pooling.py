@@ -9,13 +9,17 @@ unbatched inputs (no ``N``) are accepted as torch accepts them.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.limits import check_elements
 
 from . import functional as fn
-from .base import BuildContext, SpatialLayer
+from .base import BuildContext, Layer, SpatialLayer
+from .misc import index_array, to_int_list
 from .registry import register
+from .scatter import segment_scatter
 from .shape import input_slots, runtime_ints
 
 
@@ -295,3 +299,52 @@ class LPPool(_PoolBase):
         y = xp.sign(y) * xp.clip(xp.abs(y), min=0.0) * float(self.kernel[0] * self.kernel[1])
         y = xp.sqrt(y) if p == 2.0 else y ** (1.0 / p)
         return self._from4d(y, unbatched)
+
+
+@register("aten::max_unpool2d", "aten::max_unpool3d")
+class MaxUnpool(Layer):
+    """``F.max_unpool1d/2d/3d`` (``nn.MaxUnpool*``; SegNet's and ENet's decoders) as pnnx writes
+    them: ``aten::max_unpool2d(input, indices, output_size)`` (1-D through it with a unit width)
+    and ``aten::max_unpool3d(input, indices, output_size, stride, padding)``. Zeros of shape
+    (N, C, *output_size), each input value written at its flat index within its (n, c) plane
+    (the indices of a max pooling's ``return_indices``); where indices repeat the last write
+    wins, as torch's loop. An index outside the plane is a ShapeError, as in torch."""
+
+    def __init__(self, ctx: BuildContext, nd: int, where: str, size: tuple[int, ...] | None):
+        super().__init__(ctx)
+        self.nd, self.where, self.size = nd, where, size
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = 3 if op.type.endswith("3d") else 2
+        size = None
+        if len(op.inputs) < 3:  # (the size as a parameter, where pnnx folded it)
+            if not op.has_param("output_size"):
+                raise LayerParameterError(f"{op.where}: expected the inputs (input, indices, output_size), "
+                                          f"found {len(op.inputs)} and no output_size parameter")
+            size = tuple(op.ints("output_size", nd))
+        return cls(ctx, nd, op.where, size)
+
+    def forward(self, x: Any, indices: Any, output_size: Any = None, *_stride_padding: Any) -> Any:
+        xp, nd = self.xp, self.nd
+        size = self.size if self.size is not None else to_int_list(output_size, f"{self.where}: output_size")
+        if len(size) == nd + 2:  # (torch takes the full shape too: its last nd entries count)
+            size = size[2:]
+        if len(size) != nd or min(size) < 0:
+            raise ShapeError(f"{self.where}: output_size should be {nd} sizes, found {list(size)}")
+        if x.ndim not in (nd + 1, nd + 2) or tuple(indices.shape) != tuple(x.shape):
+            raise ShapeError(f"{self.where}: expects a {nd + 2}-D input (or its unbatched {nd + 1}-D form) and "
+                             f"indices of its shape, found {tuple(x.shape)} and {tuple(indices.shape)}")
+        lead = tuple(x.shape[: x.ndim - nd])
+        planes, per_in, per_out = math.prod(lead), math.prod(x.shape[x.ndim - nd:]), math.prod(size)
+        check_elements(planes * per_out, self.where)
+        out = xp.zeros((planes * per_out,), dtype=x.dtype, device=self.device)
+        if planes * per_in == 0:
+            return xp.reshape(out, lead + tuple(size))
+        idx = index_array(xp, xp.reshape(indices, (planes, per_in)), per_out, self.where, negative=False,
+                          what="unpooling index")
+        base = xp.reshape(xp.arange(planes, dtype=xp.int64, device=self.device) * per_out, (planes, 1))
+        pos = xp.reshape(idx + base, (-1,))
+        out = segment_scatter(xp, out, pos, xp.reshape(x, (-1,)), "last", False, self.device,
+                              getattr(self.backend, "fast", None))
+        return xp.reshape(out, lead + tuple(size))
