@@ -1270,3 +1270,19 @@ def test_mha_masks_with_dynamic_batch_and_length(tmp_path):
         with torch.no_grad():
             want = m(x).numpy()
         assert_close(np.asarray(g(x.numpy())[0]), want, rtol=1e-5, what=f"T={t}")
+
+
+def test_numpy_embedding_fast_path_takes_rows_and_declines_bad_ids():
+    """The numpy backend's one-np.take lookup: the rows for int64/int32/uint8 ids of any shape
+    (against torch), None for ids out of range (the layer then names them), float ids, an empty
+    index or a table that is not 2-D."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    w = _x(10, 6)
+    for dt in (np.int64, np.int32, np.uint8):
+        idx = rng.integers(0, 10, (2, 3, 4)).astype(dt)
+        want = F.embedding(torch.from_numpy(idx.astype(np.int64)), torch.from_numpy(w)).numpy()
+        np.testing.assert_array_equal(nf.embedding(w, idx), want)
+    assert nf.embedding(w, np.array([0, 10])) is None and nf.embedding(w, np.array([-1, 2])) is None
+    assert nf.embedding(w, np.array([1.0])) is None and nf.embedding(w, np.zeros((0,), np.int64)) is None
+    assert nf.embedding(w[0], np.array([1])) is None

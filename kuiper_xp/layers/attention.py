@@ -871,6 +871,7 @@ class Embedding(Layer):
                  norm_type: float, where: str):
         super().__init__(ctx)
         self.weight, self.pos, self.max_norm, self.norm_type, self.where = weight, pos, max_norm, norm_type, where
+        self._fast = getattr(ctx.fast, "embedding", None) if max_norm is None else None
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -891,6 +892,10 @@ class Embedding(Layer):
         xp = self.xp
         idx = inputs[self.pos["input"]]
         weight = self.weight if self.weight is not None else inputs[self.pos["weight"]]
+        if self._fast is not None:  # (None for ids it does not take, or out of range: named below)
+            rows = self._fast(weight, idx)
+            if rows is not None:
+                return rows
         if is_float(xp, idx.dtype) or idx.dtype == xp.bool:
             raise ShapeError(f"{self.where}: embedding indices must be integers, found {idx.dtype}")
         flat = xp.reshape(idx, (-1,))
