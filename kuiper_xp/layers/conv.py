@@ -344,6 +344,16 @@ class ConvTranspose(_ConvBase):
                 weight, bias, stride=stride, padding=padding, output_padding=output_padding,
                 dilation=dilation, groups=groups)
 
+    def _empty_map(self, x: Any, weight: Any, shape: tuple) -> Any:
+        """The output for an input with an empty spatial dimension: an empty batch of the size
+        the formula gives (torch's), or, with images in the batch, a ShapeError as torch raises."""
+        sizes = [(i - 1) * s - 2 * p + d * (k - 1) + q + 1 for i, s, p, d, k, q in zip(
+            x.shape[2:], self.stride, self.padding, self.dilation, weight.shape[2:], self.output_padding)]
+        if x.shape[0] != 0 or min(sizes) <= 0:
+            raise ShapeError(f"{self.op_type} {self.op_name!r}: input of shape {shape} has an empty "
+                             "spatial dimension; only an empty batch is supported (as in torch)")
+        return self.xp.zeros((0, weight.shape[1] * self.groups, *sizes), dtype=x.dtype, device=self.device)
+
     @classmethod
     def from_operator(cls, op, ctx):
         nd = _dims(op)
@@ -383,6 +393,8 @@ class ConvTranspose(_ConvBase):
         if weight.shape[0] % self.groups:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: weight {tuple(weight.shape)} has "
                              f"{weight.shape[0]} input channels, not divisible by groups={self.groups}")
+        if x.shape[2] * x.shape[3] == 0:  # an empty map: torch takes it in an empty batch only
+            return self._activate(self._from4d(self._empty_map(x, weight, tuple(x0.shape)), unbatched))
         fast = self.backend.fast
         if plan is None and fast is not None and hasattr(fast, "conv_transpose2d_plan"):
             plan = fast.conv_transpose2d_plan(

@@ -309,12 +309,17 @@ class Norm(_Reduce):
             raise ShapeError(f"{self.who}: norm of a {dtype_name(x.dtype)} tensor (torch needs a floating input)")
         if self.p == "nuc":
             return _matrix_norm(self, x, "nuc", self.axes(x.ndim), self.keepdim)
-        return _vector_norm(xp, x, self.axes(x.ndim), self.keepdim, self.p)
+        return _vector_norm(xp, x, self.axes(x.ndim), self.keepdim, self.p, self.who)
 
 
-def _vector_norm(xp: Any, x: Any, axes: tuple[int, ...] | None, kd: bool, p: float) -> Any:
+def _vector_norm(xp: Any, x: Any, axes: tuple[int, ...] | None, kd: bool, p: float, who: str = "norm") -> Any:
     """torch's vector p-norm over ``axes`` (None: all): 2, 1, inf, -inf, 0 (count of non-zeros) or
-    any other p as (sum |x|^p)^(1/p)."""
+    any other p as (sum |x|^p)^(1/p). The inf norms of an empty dim are a ShapeError, as in torch."""
+    if p in (float("inf"), float("-inf")):
+        sizes = tuple(x.shape) if axes is None else tuple(x.shape[a] for a in axes)
+        if 0 in sizes:
+            raise ShapeError(f"{who}: the {p} norm over an empty dim of an input of shape {tuple(x.shape)} "
+                             "is undefined (torch raises too)")
     if p == 2.0:
         return xp.sqrt(xp.sum(x * x, axis=axes, keepdims=kd))
     a = xp.abs(x)
@@ -419,7 +424,7 @@ class LinalgNorm(ShapeLayer):
             if isinstance(o, str):
                 raise LayerParameterError(f"{who}: ord={o!r} is a matrix norm; it needs two dims, found dim={dims}")
             axes = None if x.ndim == 0 else norm_dims(dims, x.ndim, who)
-            return _vector_norm(xp, x, axes, kd, 2.0 if o is None else o)
+            return _vector_norm(xp, x, axes, kd, 2.0 if o is None else o, who)
         if len(dims) != 2:
             raise ShapeError(f"{who}: dim={dims} should name one dim (vector norm) or two (matrix norm)")
         if x.ndim < 2:

@@ -633,6 +633,9 @@ class GridSample(Layer):
             raise ShapeError(f"{self.where}: expected input (N, C, H, W) and grid (N, Ho, Wo, 2), or input "
                              f"(N, C, D, H, W) and grid (N, Do, Ho, Wo, 3); found {tuple(x.shape)} and "
                              f"{tuple(grid.shape)}")
+        if 0 in tuple(x.shape[2:]):
+            raise ShapeError(f"{self.where}: input {tuple(x.shape)} has an empty spatial dimension: nothing to "
+                             "sample (torch raises too)")
         if self.mode == "bilinear":
             fast = getattr(self.backend.fast, "grid_sample_bilinear", None)
             y = None if fast is None else fast(x, grid, self.padding, self.align)

@@ -193,8 +193,8 @@ def _axis_only_index(index: Any, axis: int, x_shape: tuple, src_shape: tuple) ->
     covers the input and src whole on those axes (GraphSAGE's mean aggregation
     ``scatter_reduce(1, dst.view(1, -1, 1).expand(B, -1, C), msg, "mean")``); else None."""
     strides = getattr(index, "strides", None)
-    if strides is None or len(strides) != index.ndim:
-        return None
+    if strides is None or len(strides) != index.ndim or math.prod(index.shape) == 0:
+        return None  # (an empty index: no column to take; numpy's strides of it say nothing)
     for a in range(index.ndim):
         if a != axis and (index.shape[a] != x_shape[a] or index.shape[a] != src_shape[a]
                           or (index.shape[a] > 1 and strides[a] != 0)):
