@@ -1344,12 +1344,27 @@ def _fresh_like(x: np.ndarray, fill) -> np.ndarray:
         return out
     perm, inv = _memory_order(x)
     xt = x.transpose(perm)
-    if not xt.flags.c_contiguous:
-        xt = np.ascontiguousarray(xt)
     # (not _out: a concatenation's slot of the permuted shape, when that equals the result's
     # (square maps), would hold this transposed view, which finishing the concatenation rewrites)
     out = _pooled(xt.shape, x.dtype)
-    fill(xt.reshape(-1), out.reshape(-1))
+    if xt.flags.c_contiguous:
+        fill(xt.reshape(-1), out.reshape(-1))
+        return out.transpose(inv)
+    # a strided source (a slice x[..., :-k], TCN's causal crop): per block of leading rows, the
+    # rows copied into the result's own and the kernel run there in place while they are in
+    # cache (a whole contiguous copy first: ReLU of (4, 64, 1000) from (4, 64, 1008) 120 us,
+    # against 54 for a contiguous input)
+    lead = 0
+    while lead < xt.ndim - 1 and xt.shape[lead] == 1:
+        lead += 1  # (split where there are rows to split: a batch of one)
+    sel = (0,) * lead
+
+    def part(lo, hi):
+        o = out[sel][lo:hi]
+        np.copyto(o, xt[sel][lo:hi])
+        f = o.reshape(-1)
+        fill(f, f)
+    _parallel(part, xt.shape[lead], x.size)
     return out.transpose(inv)
 
 

@@ -709,3 +709,34 @@ def test_signed_zeros_as_torch(tmp_path, fuse):
         assert np.array_equal(np.isinf(a), inf) and np.array_equal(np.sign(a[inf]), np.sign(e[inf])), \
             f"output {k}: {a} against torch's {e}"
         assert_close(a[~inf], e[~inf], rtol=1e-5, what=f"output {k}")
+
+
+@pytest.mark.parametrize("make", [
+    lambda a: a[:, :, :-8],                           # a causal crop (TCN): rows of a wider array
+    lambda a: a[:1, :, 3:],                           # a batch of one: rows split past the batch axis
+    lambda a: a.transpose(0, 2, 1)[:, 1:, :],         # a permuted view, sliced
+    lambda a: a[:, ::2, :],                           # every other channel
+], ids=["crop", "batch1", "permuted", "step"])
+def test_numpy_unary_and_clamp_of_strided_views(make):
+    """The numpy fast path's activations and clamps of a non-contiguous input (each block of
+    rows copied into the result and computed there in place), against numpy on a contiguous
+    copy, with 2 threads and the split forced; the result laid out like the input."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    rng = np.random.default_rng(3)
+    x = make(rng.standard_normal((4, 64, 1008)).astype(np.float32) * 3)
+    ref_x = np.ascontiguousarray(x)
+    old = nf.get_num_threads()
+    nf.set_num_threads(2)
+    try:
+        with pytest.MonkeyPatch.context() as mp, nf.compute_scope():
+            mp.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+            got_c = nf.clamp(x, 0.0, 6.0)
+            got_s = nf.unary("sigmoid", x)
+            want_s = nf.unary("sigmoid", ref_x)
+    finally:
+        nf.set_num_threads(old)
+    np.testing.assert_array_equal(got_c, np.clip(ref_x, 0.0, 6.0))
+    np.testing.assert_allclose(got_s, 1 / (1 + np.exp(-ref_x.astype(np.float64))), rtol=2e-6)
+    np.testing.assert_array_equal(got_s, want_s)
+    assert got_c.shape == x.shape and np.argsort(got_c.strides).tolist() == np.argsort(x.strides).tolist()
