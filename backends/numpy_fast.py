@@ -126,8 +126,9 @@ GEMM_MIN_COLUMNS = 1024
 #: calling thread (``Conv2dPlan._run_small``; GEMMs this small are not split over the threads
 #: anyway): the blocked and polyphase machinery's set-up was most of such a layer's time. One
 #: Xeon core, ReLU fused: a 28x28 autoencoder's 1 -> 16 stride-2 3x3 73 -> 17 us, 16 -> 32
-#: stride 2 at 14x14 82 -> 26, 3x3 16 -> 16 at 14x14 49 -> 33, 64 -> 64 at 8x8 (Winograd)
-#: 99 -> 85; DQN's 8x8 stride-4 4 -> 32 at 84x84 (4 M multiply-adds) 158 -> 140
+#: stride 2 at 14x14 82 -> 26, 3x3 16 -> 16 at 14x14 49 -> 33, 48 -> 48 at 8x8 (Winograd)
+#: 78 -> 56. (Above the limit it still gained on one core, DQN's 8x8 stride-4 4 -> 32 at 84x84,
+#: 4 M multiply-adds, 158 -> 140 us; left to the split paths for two threads.)
 SMALL_CONV_MACS = 1 << 21
 SMALL_CONV_PATCH_ELEMENTS = 1 << 19
 #: depthwise convolutions work on blocks of channels (all images of the batch) of about this many
@@ -1818,8 +1819,8 @@ class Conv2dPlan:
 
     def _run_small(self, x, ho, wo, activation=None):
         """A tiny convolution (SMALL_CONV_MACS) on this thread: the zero-padded input in a
-        workspace, its patches gathered by ``kh*kw`` strided slice copies into a (C*kh*kw,
-        N*Ho*Wo) matrix in the weight's own (c, i, j) order, one GEMM per group, the bias, the
+        workspace, its patches gathered by one copy of a strided view into a (C*kh*kw, N*Ho*Wo)
+        matrix in the weight's own (c, i, j) order, one GEMM per group, the bias, the
         activation."""
         n, c, h, w = x.shape
         g, cg, og, kh, kw = self.groups, self.cg, self.o // self.groups, self.kh, self.kw
