@@ -35,7 +35,11 @@ input; ``--input-shape "3,32,32;:int64:1000"``), ``convnext_v2`` (GRN; ``--input
 Face's Conv1D/addmm GPT-2 with ``torch.pow(x, 3.0)`` in its GELU; ``--input-shape
 128:int64:5000``), ``albert`` (one layer applied six times; ``--input-shape 64:int64:3000``) and
 ``convmixer`` (depthwise 9x9 over a 9x9 map; ``--input-shape 3,64,64``). Session 22:
-``resnet20_cifar`` (``--input-shape 3,32,32``: 3x3 convolutions of 16-64 channels)."""
+``resnet20_cifar`` (``--input-shape 3,32,32``: 3x3 convolutions of 16-64 channels). Session 24
+(a survey of models never benchmarked before; docs/benchmarks/cpu-2core-avx512.md):
+``mobilenet_v3_small`` and ``efficientnet_b0`` (``--input-shape 3,224,224``), ``espcn``
+(``--input-shape 1,128,128``), ``unet_small`` (``--input-shape 3,128,128``) and ``tcn``
+(``--input-shape 16,1000``)."""
 import math
 
 import torch
@@ -1192,3 +1196,132 @@ def resnet20_cifar():
             c = cout
     return nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), *blocks,
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+
+# ---- Session 24's survey of models never benchmarked before (kuiper-xp against torch) ----------------
+def _cbn(cin, cout, k=3, stride=1, groups=1, act=nn.ReLU):
+    """Conv (no bias) + BatchNorm (+ activation), 'same'-style padding for odd kernels."""
+    layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, act()) if act is not None else nn.Sequential(*layers)
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, c, hidden, gate=nn.Hardsigmoid, act=nn.ReLU):
+        super().__init__()
+        self.fc1, self.fc2, self.act, self.gate = nn.Conv2d(c, hidden, 1), nn.Conv2d(hidden, c, 1), act(), gate()
+
+    def forward(self, x):
+        return x * self.gate(self.fc2(self.act(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV3's and EfficientNet's block: expand 1x1, depthwise kxk, squeeze-and-excite,
+    project 1x1, a residual where the shapes allow."""
+
+    def __init__(self, cin, k, mid, cout, se_hidden, act, stride, gate=nn.Hardsigmoid):
+        super().__init__()
+        self.res = stride == 1 and cin == cout
+        layers = [] if mid == cin else [_cbn(cin, mid, 1, act=act)]
+        layers.append(_cbn(mid, mid, k, stride, groups=mid, act=act))
+        if se_hidden:
+            layers.append(SqueezeExcite(mid, se_hidden, gate=gate, act=nn.ReLU if gate is nn.Hardsigmoid else act))
+        layers.append(_cbn(mid, cout, 1, act=None))
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.res else y
+
+
+def mobilenet_v3_small():
+    """MobileNetV3-small (hardswish, squeeze-and-excite, 5x5 depthwise): ``--input-shape 3,224,224``."""
+    RE, HS = nn.ReLU, nn.Hardswish
+    cfg = [(16, 3, 16, 16, True, RE, 2), (16, 3, 72, 24, False, RE, 2), (24, 3, 88, 24, False, RE, 1),
+           (24, 5, 96, 40, True, HS, 2), (40, 5, 240, 40, True, HS, 1), (40, 5, 240, 40, True, HS, 1),
+           (40, 5, 120, 48, True, HS, 1), (48, 5, 144, 48, True, HS, 1), (48, 5, 288, 96, True, HS, 2),
+           (96, 5, 576, 96, True, HS, 1), (96, 5, 576, 96, True, HS, 1)]
+    blocks = [InvertedResidual(i, k, m, o, max(8, m // 4) if se else 0, act, s) for i, k, m, o, se, act, s in cfg]
+    return nn.Sequential(_cbn(3, 16, 3, 2, act=HS), *blocks, _cbn(96, 576, 1, act=HS), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(576, 1024), HS(), nn.Linear(1024, 1000))
+
+
+def efficientnet_b0():
+    """EfficientNet-B0 (SiLU, sigmoid squeeze-and-excite, 3x3 and 5x5 depthwise):
+    ``--input-shape 3,224,224``."""
+    blocks, c = [], 32
+    for e, k, s, o, n in ((1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+                          (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)):
+        for j in range(n):
+            blocks.append(InvertedResidual(c, k, c * e, o, max(1, c // 4), nn.SiLU, s if j == 0 else 1,
+                                           gate=nn.Sigmoid))
+            c = o
+    return nn.Sequential(_cbn(3, 32, 3, 2, act=nn.SiLU), *blocks, _cbn(c, 1280, 1, act=nn.SiLU),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000))
+
+
+def espcn():
+    """ESPCN x3 super-resolution (3x3 convolutions of 32-64 channels on the full map, pixel
+    shuffle): ``--input-shape 1,128,128``."""
+    return nn.Sequential(nn.Conv2d(1, 64, 5, padding=2), nn.Tanh(), nn.Conv2d(64, 32, 3, padding=1), nn.Tanh(),
+                         nn.Conv2d(32, 9, 3, padding=1), nn.PixelShuffle(3))
+
+
+class _DoubleConv(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(_cbn(cin, cout), _cbn(cout, cout))
+
+
+class UNetSmall(nn.Module):
+    def __init__(self, c=16, classes=2):
+        super().__init__()
+        self.enc = nn.ModuleList([_DoubleConv(3, c), _DoubleConv(c, 2 * c), _DoubleConv(2 * c, 4 * c),
+                                  _DoubleConv(4 * c, 8 * c)])
+        self.up = nn.ModuleList([nn.ConvTranspose2d(8 * c, 4 * c, 2, 2), nn.ConvTranspose2d(4 * c, 2 * c, 2, 2),
+                                 nn.ConvTranspose2d(2 * c, c, 2, 2)])
+        self.dec = nn.ModuleList([_DoubleConv(8 * c, 4 * c), _DoubleConv(4 * c, 2 * c), _DoubleConv(2 * c, c)])
+        self.out = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, enc in enumerate(self.enc):
+            x = enc(x if i == 0 else F.max_pool2d(x, 2))
+            skips.append(x)
+        for up, dec, skip in zip(self.up, self.dec, reversed(skips[:-1])):
+            x = dec(torch.cat([up(x), skip], 1))
+        return self.out(x)
+
+
+def unet_small():
+    """A small U-Net (16-128 channels, ConvTranspose2d up-sampling, skip concatenations):
+    ``--input-shape 3,128,128``."""
+    return UNetSmall()
+
+
+class TemporalBlock(nn.Module):
+    def __init__(self, cin, cout, k, d):
+        super().__init__()
+        self.crop = (k - 1) * d
+        self.c1 = nn.Conv1d(cin, cout, k, dilation=d, padding=self.crop)
+        self.c2 = nn.Conv1d(cout, cout, k, dilation=d, padding=self.crop)
+        self.down = nn.Conv1d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x):
+        y = F.relu(self.c1(x)[:, :, :-self.crop])  # (causal: the look-ahead cropped)
+        y = F.relu(self.c2(y)[:, :, :-self.crop])
+        return F.relu(y + self.down(x))
+
+
+class TCN(nn.Module):
+    def __init__(self, cin=16, c=64, levels=6, k=3):
+        super().__init__()
+        self.net = nn.Sequential(*[TemporalBlock(cin if i == 0 else c, c, k, 2 ** i) for i in range(levels)])
+        self.fc = nn.Linear(c, 10)
+
+    def forward(self, x):
+        return self.fc(self.net(x)[:, :, -1])
+
+
+def tcn():
+    """A temporal convolutional network (dilated causal Conv1d, 64 channels, dilations 1-32):
+    ``--input-shape 16,1000``."""
+    return TCN()
