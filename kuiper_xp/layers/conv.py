@@ -347,7 +347,7 @@ class ConvTranspose(_ConvBase):
     def _empty_map(self, x: Any, weight: Any, shape: tuple) -> Any:
         """The output for an input with an empty spatial dimension: an empty batch of the size
         the formula gives (torch's), or, with images in the batch, a ShapeError as torch raises."""
-        sizes = [(i - 1) * s - 2 * p + d * (k - 1) + q + 1 for i, s, p, d, k, q in zip(
+        sizes = [fn.conv_transpose_out_size(i, k, s, d, p, q) for i, s, p, d, k, q in zip(
             x.shape[2:], self.stride, self.padding, self.dilation, weight.shape[2:], self.output_padding)]
         if x.shape[0] != 0 or min(sizes) <= 0:
             raise ShapeError(f"{self.op_type} {self.op_name!r}: input of shape {shape} has an empty "
