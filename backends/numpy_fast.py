@@ -36,6 +36,7 @@ in L2-sized chunks with chunk-sized temporaries, warning-free and NaN/Inf-exact 
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -119,6 +120,17 @@ CONV1X1_BLOCK_BYTES = 1 << 20
 CONV1X1_SPLIT_MIN_MACS = 1 << 24
 #: Winograd processes as many images at once as fit in about this many bytes of transformed tiles
 WINOGRAD_CHUNK_BYTES = 4 << 20
+#: ... unless the call has at least this many tiles per channel of the wider side (``N * tiles >=
+#: ratio * max(C, O)``: the tiles outweigh the transformed weights): then each thread takes
+#: blocks of tile rows of about WINOGRAD_BLOCK_BYTES of transformed tiles and runs all five
+#: steps on them, bias and activation included (``_Winograd._blocks``), instead of every step
+#: being split over the threads in turn. 2 AVX-512 Xeon cores, ReLU fused, against torch 2.13:
+#: 64 channels at 56x56 batch 8 10.5 -> 8.1 ms (torch 5.9), batch 1 1.7 -> 1.1 (1.1); 128 at
+#: 28x28 batch 8 6.1 -> 5.1 (6.1); 256 at 14x14 batch 8 (F(2x2)) 7.4 -> 5.5 (5.7). Where the
+#: weights outweigh the tiles each thread would read all of them: 128 at 28x28 batch 1 1.2 ->
+#: 1.4, 256 at 14x14 batch 1 1.3 -> 1.7; those keep the split steps.
+WINOGRAD_BLOCKS_MIN_RATIO = 1.0
+WINOGRAD_BLOCK_BYTES = 2 << 20
 #: batched images with fewer output pixels than this share one GEMM (small GEMMs are inefficient)
 GEMM_MIN_COLUMNS = 1024
 #: convolutions (GEMM, Winograd and tap algorithms) of at most this many multiply-adds, whose
@@ -1787,7 +1799,7 @@ class Conv2dPlan:
         return y
 
     #: algorithms that apply the fused activation themselves
-    _FUSES = frozenset({"depthwise", "gemm", "1x1"})
+    _FUSES = frozenset({"depthwise", "gemm", "1x1", "winograd"})
     #: the algorithms a plan can be made for (``algo=``; None picks one)
     ALGORITHMS = frozenset({"1x1", "patch", "depthwise", "shift", "taps", "gemm", "winograd"})
 
@@ -2715,27 +2727,31 @@ class Conv2dPlan:
         else:
             np.add(src, bias[b0:b1], out=y[:, b0:b1])
 
-    def _run_winograd(self, x, ho, wo):
+    def _run_winograd(self, x, ho, wo, activation=None):
         d = self.dilation[0]
         if d > 1:
             n, c, h, w = x.shape
             hd, wd = -(-h // d), -(-w // d)
             if min(hd, wd) < WINOGRAD_DILATED_MIN_SIDE or n * h * w < WINOGRAD_MIN_PIXELS:
-                return self._run_gemm(x, ho, wo)
+                return self._run_gemm(x, ho, wo, activation)
         elif x.shape[0] * ho * wo < WINOGRAD_MIN_PIXELS:
-            return self._run_gemm(x, ho, wo)
+            return self._run_gemm(x, ho, wo, activation)
         wino = self.wino
         if wino is None:  # a concurrent first call at worst transforms twice
             wino = self.wino = _Winograd(self._weight, self.bias, self.tile)
         finite: list[bool] = []
-        y = wino(x, self.pads, ho, wo, finite=finite) if d == 1 else \
-            self._run_winograd_phases(wino, x, d, hd, wd, finite)
+        if d == 1:
+            y = wino(x, self.pads, ho, wo, finite=finite, activation=activation)
+        else:
+            y = self._run_winograd_phases(wino, x, d, hd, wd, finite)
+            if all(finite) and activation is not None:
+                y = activation_inplace(y, activation)
         if all(finite):
             return y
         # the transforms mix each tile (an inf or NaN reaches every output of its tile, and
         # inputs over ~1e36 overflow F(4x4, 3x3)'s): a result that is not all finite is made
         # again as a GEMM, whose inf and NaN are torch's
-        return self._run_gemm(x, ho, wo)
+        return self._run_gemm(x, ho, wo, activation)
 
     def _run_winograd_phases(self, wino, x, d, hd, wd, finite: list | None = None):
         """A 3x3 convolution of dilation d and padding d as an undilated one with padding 1 over
@@ -2838,9 +2854,19 @@ class _Winograd:
         self.o, self.c = o, c
 
     def __call__(self, x: np.ndarray, pads, ho: int, wo: int, out: np.ndarray | None = None,
-                 finite: list | None = None) -> np.ndarray:
-        """The convolution; ``finite``, a list, receives whether every output is finite (from
-        the tiles' sums, see ``ak``)."""
+                 finite: list | None = None, activation: Any = None) -> np.ndarray:
+        """The convolution, ``activation`` applied (a spec of :func:`activation_inplace`);
+        ``finite``, a list, receives whether every output is finite (from the tiles' sums, see
+        ``ak``; an activation cannot hide a non-finite value there, it comes before it)."""
+        n, c = x.shape[:2]
+        nt = -(-ho // self.m) * -(-wo // self.m)
+        if n * nt >= WINOGRAD_BLOCKS_MIN_RATIO * max(c, self.o) and _threads_now() > 1:
+            return self._blocks(x, pads, ho, wo, out, finite, activation)
+        y = self._steps(x, pads, ho, wo, out, finite)
+        return y if activation is None else activation_inplace(y, activation)
+
+    def _steps(self, x, pads, ho, wo, out, finite):
+        """Chunks of images, each of the five steps split over the threads."""
         m, a, o = self.m, self.a, self.o
         n, c, h, w = x.shape
         th, tw = -(-ho // m), -(-wo // m)
@@ -2890,6 +2916,89 @@ class _Winograd:
             _copy_channels(dst, yy[:m * m].reshape(m, m, o, b, th, tw), axis=2)
             if not exact:
                 _copy_channels(y[i0:i1], full[:, :, :ho, :wo], axis=1)
+        return y
+
+    def _items(self, n: int, th: int, tw: int, c: int, item: int, k: int) -> list[tuple[int, int, int, int]]:
+        """Work items ``(i0, i1, r0, r1)`` of :meth:`_blocks`: images ``[i0, i1)``, tile rows
+        ``[r0, r1)``; whole images when one fits WINOGRAD_BLOCK_BYTES, else even runs of tile
+        rows of one image; at least ``k`` items where the rows allow."""
+        per_tile = self.a * self.a * max(c, self.o) * item
+        fit = max(1, min(WINOGRAD_BLOCK_BYTES // per_tile, -(-n * th * tw // k)))
+        if th * tw <= fit:
+            nb = max(1, min(n, fit // (th * tw)))
+            return [(i, min(n, i + nb), 0, th) for i in range(0, n, nb)]
+        per = -(-th // max(1, fit // tw))  # items per image, then rows spread evenly over them
+        nr = -(-th // per)
+        return [(i, i + 1, r, min(th, r + nr)) for i in range(n) for r in range(0, th, nr)]
+
+    def _blocks(self, x, pads, ho, wo, out, finite, activation):
+        """Each thread takes the next block of tile rows (:meth:`_items`) and runs on it, in
+        its own workspaces: the zero-padded rows, the tile copy, ``V = B d``, ``M = U V`` (bias
+        on ``M[(1, 1)]``), ``Y = A M``, the finite test, the copy into NCHW and the activation."""
+        m, a, o = self.m, self.a, self.o
+        n, c, h, w = x.shape
+        th, tw = -(-ho // m), -(-wo // m)
+        (t, _), (l, _) = pads
+        wp = m * tw + 2
+        ww = min(w, wp - l)
+        dt = x.dtype
+        y = _out((n, o, ho, wo), dt) if out is None else out
+        k = _threads_now()
+        items = self._items(n, th, tw, c, dt.itemsize, k)
+        bk, u, ak, bias = self.bk, self.u, self.ak, self.bias
+        ok = [True]
+        next_item = itertools.count().__next__  # (atomic under the GIL: threads take items in turn)
+
+        def work(_lo, _hi):
+            while True:
+                j = next_item()
+                if j >= len(items):
+                    return
+                i0, i1, r0, r1 = items[j]
+                nb, nr = i1 - i0, r1 - r0
+                tiles = nb * nr * tw
+                hb = m * nr + 2
+                # padded rows [m*r0, m*r0 + hb) are input rows - t; rows [q0, q1) of xb hold input
+                xb = _workspace((nb, c, hb, wp), dt, slot=110)
+                p0 = m * r0
+                in0, in1 = max(0, p0 - t), min(h, p0 + hb - t)
+                q0, q1 = in0 - p0 + t, max(in0, in1) - p0 + t
+                xb[:, :, :q0] = 0
+                xb[:, :, q1:] = 0
+                if q1 > q0:
+                    xb[:, :, q0:q1, :l] = 0
+                    xb[:, :, q0:q1, l + ww:] = 0
+                    xb[:, :, q0:q1, l:l + ww] = x[i0:i1, :, in0:in1, :ww]
+                d = _workspace((a * a, c * tiles), dt, slot=111)
+                s = xb.strides
+                np.copyto(_view(d, (a, a, c, nb, nr, tw)),
+                          np.ndarray((a, a, c, nb, nr, tw), dtype=dt, buffer=xb,
+                                     strides=(s[2], s[3], s[1], s[0], m * s[2], m * s[3])))
+                v = _workspace((a * a, c * tiles), dt, slot=112)
+                np.matmul(bk, d, out=v)
+                mm = _workspace((a * a, o, tiles), dt, slot=111)  # (d is spent)
+                np.matmul(u, _view(v, (a * a, c, tiles)), out=mm)
+                if bias is not None:
+                    mm[a + 1] += bias
+                yy = _workspace((m * m + 1, o * tiles), dt, slot=112)  # (v is spent)
+                np.matmul(ak, _view(mm, (a * a, o * tiles)), out=yy)
+                if ok[0] and not _all_finite(yy[m * m]):
+                    ok[0] = False
+                if activation is not None:  # (on the contiguous tiles, before they are scattered)
+                    _activate_block(yy[:m * m], activation)
+                rows = min(ho - p0, m * nr)
+                exact = rows == m * nr and wo == m * tw
+                blk = y[i0:i1, :, p0:p0 + rows]
+                full = blk if exact else _workspace((nb, o, m * nr, m * tw), dt, slot=113)
+                st = full.strides
+                np.copyto(as_strided(full, shape=(m, m, o, nb, nr, tw),
+                                     strides=(st[2], st[3], st[1], st[0], m * st[2], m * st[3])),
+                          _view(yy[:m * m], (m, m, o, nb, nr, tw)))
+                if not exact:
+                    np.copyto(blk, full[:, :, :rows, :wo])
+        _parallel(work, min(k, len(items)), 1 << 62)
+        if finite is not None:
+            finite.append(ok[0])
         return y
 
 

@@ -1406,6 +1406,97 @@ def test_numpy_fast_winograd_of_huge_values_does_not_overflow():
     assert_close(plan(x), expected, rtol=1e-4)
 
 
+_WINO_BLOCK_CASES = [
+    # (n, c, o, h, w, tile, pads ((t, b), (l, r)), bias, activation, dtype, block bytes)
+    (8, 16, 24, 30, 30, 4, ((1, 1), (1, 1)), True, ("leaky", 0.1), np.float32, None),  # whole images
+    (2, 16, 24, 30, 30, 4, ((1, 1), (1, 1)), True, "silu", np.float32, 40 << 10),  # a tile row each
+    (1, 16, 24, 30, 30, 4, ((1, 1), (1, 1)), True, "relu", np.float32, 40 << 10),
+    (3, 12, 20, 23, 17, 4, ((2, 0), (0, 1)), False, None, np.float32, 40 << 10),  # uneven pads, rows
+    (3, 32, 40, 14, 14, 2, ((1, 1), (1, 1)), True, ("clamp", 0.0, 6.0), np.float32, 64 << 10),
+    (2, 8, 8, 19, 21, 4, ((1, 1), (1, 1)), True, ("leaky", 0.2), np.float64, 32 << 10),
+]
+
+
+@pytest.mark.parametrize("case", _WINO_BLOCK_CASES, ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}F{c[5]}")
+def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
+    """With two threads and more tiles than channels, each thread runs all of Winograd's steps
+    on its own blocks of tile rows (``_Winograd._blocks``), bias and activation fused: against
+    torch for whole images per block and tile rows per block, outputs that are not a multiple
+    of the tile (uneven padding), F(2x2), float64, without a bias, and each fused activation (a
+    leaky ReLU applied twice would show, a SiLU left unapplied too); one thread takes the
+    chunked steps and agrees."""
+    n, c, o, h, w, tile, pads, has_bias, act, dt, block = case
+    if block is not None:
+        monkeypatch.setattr(nf, "WINOGRAD_BLOCK_BYTES", block)
+    rng = np.random.default_rng(n * c + o + h)
+    x = rng.standard_normal((n, c, h, w)).astype(dt)
+    wt = (rng.standard_normal((o, c, 3, 3)) * 0.2).astype(dt)
+    b = rng.standard_normal(o).astype(dt) if has_bias else None
+    (t_, bo), (l, r) = pads
+    ref = F.conv2d(F.pad(torch.from_numpy(x), (l, r, t_, bo)), torch.from_numpy(wt),
+                   None if b is None else torch.from_numpy(b))
+    if act == "relu":
+        ref = torch.relu(ref)
+    elif act == "silu":
+        ref = F.silu(ref)
+    elif act is not None and act[0] == "clamp":
+        ref = ref.clamp(act[1], act[2])
+    elif act is not None:
+        ref = F.leaky_relu(ref, act[1])
+    calls = []
+    real = nf._Winograd._blocks
+
+    def spy(self, *args, **kw):
+        calls.append(len(self._items(args[0].shape[0], *[-(-s // self.m) for s in ref.shape[2:]], c,
+                                     args[0].dtype.itemsize, 2)))
+        return real(self, *args, **kw)
+    monkeypatch.setattr(nf._Winograd, "_blocks", spy)
+    plan = nf.conv2d_plan(wt, b, pads=pads, algo="winograd", tile=tile)
+    results = {}
+    for threads in (2, 1):
+        old = nf.set_num_threads(threads)
+        try:
+            with nf.compute_scope():
+                results[threads] = np.array(plan(x, act))
+        finally:
+            nf.set_num_threads(old)
+    assert len(calls) == 1 and calls[0] >= 2, calls  # the two-thread call, on several blocks
+    if block is not None:
+        assert calls[0] > n  # (tile rows of one image per block)
+    tol = 1e-4 if dt == np.float32 else 1e-10
+    for threads, got in results.items():
+        assert got.dtype == dt and got.shape == tuple(ref.shape)
+        assert_close(got, ref.numpy(), rtol=tol, what=f"Winograd F({tile}x{tile}), {threads} thread(s)")
+
+
+def test_winograd_blocks_non_finite_and_huge_inputs_match_torch(monkeypatch):
+    """The per-thread blocks keep the chunked path's guards: one inf pixel reaches only the
+    outputs that read it, and inputs near 1e37 (which overflow F(4x4)'s transform) give torch's
+    finite result (both are made again as a GEMM, the fused activation too)."""
+    x = rnd(4, 16, 24, 24)
+    wt = rnd(16, 16, 3, 3, seed=1) * np.float32(0.1)
+    b = rnd(16, seed=2)
+    x_inf = x.copy()
+    x_inf[2, 3, 10, 7] = np.inf
+    calls = []
+    real = nf._Winograd._blocks
+    monkeypatch.setattr(nf._Winograd, "_blocks", lambda self, *a: calls.append(1) or real(self, *a))
+    old = nf.set_num_threads(2)
+    try:
+        for xi, w_, finite in ((x_inf, wt, False), (x * np.float32(1e37), wt * np.float32(1e-6), True)):
+            plan = nf.conv2d_plan(w_, b, pads=((1, 1), (1, 1)), algo="winograd", tile=4)
+            expected = F.leaky_relu(F.conv2d(t(xi), t(w_), t(b), 1, 1), 0.1).numpy()
+            assert np.isfinite(expected).all() == finite
+            if not finite:
+                assert (~np.isfinite(expected)).sum() <= 9 * 16  # the 3x3 outputs reading it
+            with nf.compute_scope():
+                got = np.array(plan(xi, ("leaky", 0.1)))
+            assert_close(got, expected, rtol=1e-4)
+    finally:
+        nf.set_num_threads(old)
+    assert len(calls) == 2
+
+
 def test_numpy_fast_conv_plan_refuses_what_it_cannot_run():
     """The plan API (benchmarks, tests, users forcing an algorithm) says what does not fit
     instead of failing inside numpy or reading only some of the channels."""
