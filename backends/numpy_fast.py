@@ -121,15 +121,18 @@ CONV1X1_SPLIT_MIN_MACS = 1 << 24
 #: Winograd processes as many images at once as fit in about this many bytes of transformed tiles
 WINOGRAD_CHUNK_BYTES = 4 << 20
 #: ... unless the call has at least this many tiles per channel of the wider side (``N * tiles >=
-#: ratio * max(C, O)``: the tiles outweigh the transformed weights): then each thread takes
-#: blocks of tile rows of about WINOGRAD_BLOCK_BYTES of transformed tiles and runs all five
-#: steps on them, bias and activation included (``_Winograd._blocks``), instead of every step
-#: being split over the threads in turn. 2 AVX-512 Xeon cores, ReLU fused, against torch 2.13:
-#: 64 channels at 56x56 batch 8 10.5 -> 8.1 ms (torch 5.9), batch 1 1.7 -> 1.1 (1.1); 128 at
-#: 28x28 batch 8 6.1 -> 5.1 (6.1); 256 at 14x14 batch 8 (F(2x2)) 7.4 -> 5.5 (5.7). Where the
-#: weights outweigh the tiles each thread would read all of them: 128 at 28x28 batch 1 1.2 ->
-#: 1.4, 256 at 14x14 batch 1 1.3 -> 1.7; those keep the split steps.
-WINOGRAD_BLOCKS_MIN_RATIO = 1.0
+#: ratio * max(C, O)``: enough tiles beside the transformed weights, which every thread then
+#: reads): then each thread takes blocks of tile rows of about WINOGRAD_BLOCK_BYTES of
+#: transformed tiles and runs all five steps on them, bias and activation included
+#: (``_Winograd._blocks``), instead of every step being split over the threads in turn. 2
+#: AVX-512 Xeon cores, ReLU fused, against torch 2.13: 64 channels at 56x56 batch 8 10.5 -> 8.1
+#: ms (torch 5.9), batch 1 1.7 -> 1.1 (1.1); 128 at 28x28 batch 8 6.1 -> 5.1 (6.1); 256 at 14x14
+#: batch 8 (F(2x2)) 7.4 -> 5.5 (5.7). One image (its tile rows split): 0.74-0.81 of the steps'
+#: time from ratio 0.8 (80 channels at 30x30) up, 1.14-1.4 at 0.2-0.77 (64 at 28x28, 128 at
+#: 28x28, 256 at 14x14); two images and more: 0.81-0.95 from 0.25 (512 at 7x7 batch 8), 1.05
+#: at 0.12-0.19 (1024 at 7x7 batch 8, 512 at 14x14 batch 2).
+WINOGRAD_BLOCKS_MIN_RATIO = 0.8
+WINOGRAD_BLOCKS_BATCH_MIN_RATIO = 0.25
 WINOGRAD_BLOCK_BYTES = 2 << 20
 #: batched images with fewer output pixels than this share one GEMM (small GEMMs are inefficient)
 GEMM_MIN_COLUMNS = 1024
@@ -2860,7 +2863,8 @@ class _Winograd:
         ``ak``; an activation cannot hide a non-finite value there, it comes before it)."""
         n, c = x.shape[:2]
         nt = -(-ho // self.m) * -(-wo // self.m)
-        if n * nt >= WINOGRAD_BLOCKS_MIN_RATIO * max(c, self.o) and _threads_now() > 1:
+        ratio = WINOGRAD_BLOCKS_MIN_RATIO if n == 1 else WINOGRAD_BLOCKS_BATCH_MIN_RATIO
+        if n * nt >= ratio * max(c, self.o) and _threads_now() > 1:
             return self._blocks(x, pads, ho, wo, out, finite, activation)
         y = self._steps(x, pads, ho, wo, out, finite)
         return y if activation is None else activation_inplace(y, activation)

@@ -1419,7 +1419,7 @@ _WINO_BLOCK_CASES = [
 
 @pytest.mark.parametrize("case", _WINO_BLOCK_CASES, ids=lambda c: f"n{c[0]}c{c[1]}o{c[2]}_{c[3]}x{c[4]}F{c[5]}")
 def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
-    """With two threads and more tiles than channels, each thread runs all of Winograd's steps
+    """With two threads and enough tiles beside the weights, each thread runs all of Winograd's steps
     on its own blocks of tile rows (``_Winograd._blocks``), bias and activation fused: against
     torch for whole images per block and tile rows per block, outputs that are not a multiple
     of the tile (uneven padding), F(2x2), float64, without a bias, and each fused activation (a
@@ -1467,6 +1467,29 @@ def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
     for threads, got in results.items():
         assert got.dtype == dt and got.shape == tuple(ref.shape)
         assert_close(got, ref.numpy(), rtol=tol, what=f"Winograd F({tile}x{tile}), {threads} thread(s)")
+
+
+def test_winograd_blocks_only_with_enough_tiles_per_channel(monkeypatch):
+    """One 16x16 image of 64 channels (16 tiles, 0.25 per channel) keeps the chunked steps, split
+    over the threads; two images (0.5, from WINOGRAD_BLOCKS_BATCH_MIN_RATIO) take the blocks;
+    both against torch."""
+    calls = []
+    for name in ("_blocks", "_steps"):
+        real = getattr(nf._Winograd, name)
+        monkeypatch.setattr(nf._Winograd, name,
+                            lambda self, *a, name=name, real=real: calls.append((name, a[0].shape[0])) or real(self, *a))
+    wt, b = rnd(64, 64, 3, 3, seed=1) * np.float32(0.1), rnd(64, seed=2)
+    plan = nf.conv2d_plan(wt, b, pads=((1, 1), (1, 1)), algo="winograd", tile=4)
+    old = nf.set_num_threads(2)
+    try:
+        for n in (1, 2):
+            x = rnd(n, 64, 16, 16, seed=n)
+            with nf.compute_scope():
+                got = np.array(plan(x, "relu"))
+            assert_close(got, torch.relu(F.conv2d(t(x), t(wt), t(b), 1, 1)).numpy(), rtol=1e-4)
+    finally:
+        nf.set_num_threads(old)
+    assert calls == [("_steps", 1), ("_blocks", 2)]
 
 
 def test_winograd_blocks_non_finite_and_huge_inputs_match_torch(monkeypatch):
