@@ -82,10 +82,17 @@ __all__ = [
 ]
 
 #: Winograd is used for 3x3 stride-1 ungrouped float32 convolutions when both channel counts are
-#: at least this (below it the transforms cost more than the multiplications they save: at 32
-#: channels, batch 1, the GEMM measured 0.8-0.9x of F(4x4)'s time at 28, 56, 80 and 160 pixels a
-#: side, with ReLU or SiLU fused, even at batch 4; at 48 channels F(4x4) wins from 80 on)
+#: at least this (below it the transforms cost more than the multiplications they save), and
+#: between WINOGRAD_SMALL_MIN_CHANNELS and this on outputs of at least WINOGRAD_SMALL_MIN_SIZE
+#: pixels a side. With the per-thread blocks (``_Winograd._blocks``), 2 AVX-512 Xeon cores, SiLU
+#: fused, F(4x4) against the GEMM: 32 channels at batch 1 1.2x at 28 pixels a side, 0.93-1.03
+#: at 40, 0.90 at 56, 0.80 at 80, 0.71 at 160; at batch 4 0.76-0.88 from 28 on; 48 -> 32 and
+#: 32 -> 64 0.65-0.89 (one thread: 0.9-1.0). (Before the blocks, the GEMM was 0.8-0.9x of
+#: F(4x4)'s time at 32 channels.) 64 -> 32 at 128x128, which took the "shift" algorithm: 4.6 ->
+#: 3.9 ms on two threads.
 WINOGRAD_MIN_CHANNELS = 48
+WINOGRAD_SMALL_MIN_CHANNELS = 32
+WINOGRAD_SMALL_MIN_SIZE = 40
 #: F(4x4) from this output side on, else F(2x2)
 WINOGRAD_F4_MIN_SIZE = 20
 #: a call with fewer output pixels (batch * Ho * Wo) than this runs the GEMM instead
@@ -1592,7 +1599,8 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
 
     Measured on 2 Zen 3 cores (OpenBLAS 0.3.31, torch 2.13 with oneDNN as the reference), single
     image: F(4x4) beats the GEMM from 48-64 channels at 28x28 and above (0.65-0.75x of its time
-    at 64 channels; not at 32, see WINOGRAD_MIN_CHANNELS), F(2x2) at 14x14 (0.8x), the GEMM
+    at 64 channels; 32-47 channels only from 40 pixels a side, see WINOGRAD_MIN_CHANNELS), F(2x2)
+    at 14x14 (0.8x), the GEMM
     wins at 7x7; batch 4-8 at 7x7: F(2x2) 0.8x of the GEMM.
     """
     kh, kw = kernel
@@ -1604,8 +1612,11 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
             and not any(a or b for a, b in pads)):
         return "patch", 0
     d = tuple(dilation)
+    few = WINOGRAD_SMALL_MIN_CHANNELS <= min(o, cg) < WINOGRAD_MIN_CHANNELS and d == (1, 1) and \
+        input_hw is not None and None not in tuple(input_hw) and \
+        min(input_hw[0] + sum(pads[0]), input_hw[1] + sum(pads[1])) - 2 >= WINOGRAD_SMALL_MIN_SIZE
     if (USE_WINOGRAD and groups == 1 and (kh, kw) == (3, 3) and tuple(stride) == (1, 1)
-            and (d == (1, 1) or _same_dilated(d, pads)) and min(o, cg) >= WINOGRAD_MIN_CHANNELS
+            and (d == (1, 1) or _same_dilated(d, pads)) and (min(o, cg) >= WINOGRAD_MIN_CHANNELS or few)
             and np.dtype(dtype) == np.float32):
         unknown = input_hw is None or None in tuple(input_hw)
         if d == (1, 1):
@@ -2864,7 +2875,7 @@ class _Winograd:
         n, c = x.shape[:2]
         nt = -(-ho // self.m) * -(-wo // self.m)
         ratio = WINOGRAD_BLOCKS_MIN_RATIO if n == 1 else WINOGRAD_BLOCKS_BATCH_MIN_RATIO
-        if n * nt >= ratio * max(c, self.o) and _threads_now() > 1:
+        if n * nt >= ratio * max(c, self.o):
             return self._blocks(x, pads, ho, wo, out, finite, activation)
         y = self._steps(x, pads, ho, wo, out, finite)
         return y if activation is None else activation_inplace(y, activation)
@@ -2924,15 +2935,19 @@ class _Winograd:
 
     def _items(self, n: int, th: int, tw: int, c: int, item: int, k: int) -> list[tuple[int, int, int, int]]:
         """Work items ``(i0, i1, r0, r1)`` of :meth:`_blocks`: images ``[i0, i1)``, tile rows
-        ``[r0, r1)``; whole images when one fits WINOGRAD_BLOCK_BYTES, else even runs of tile
-        rows of one image; at least ``k`` items where the rows allow."""
-        per_tile = self.a * self.a * max(c, self.o) * item
-        fit = max(1, min(WINOGRAD_BLOCK_BYTES // per_tile, -(-n * th * tw // k)))
-        if th * tw <= fit:
-            nb = max(1, min(n, fit // (th * tw)))
+        ``[r0, r1)``. With at least ``k`` images and one fitting WINOGRAD_BLOCK_BYTES, whole
+        images, a multiple of ``k`` items where the batch allows; else even runs of tile rows of
+        one image, at least ``k`` items (a multiple of ``k`` where the rows allow)."""
+        cap = max(1, WINOGRAD_BLOCK_BYTES // (self.a * self.a * max(c, self.o) * item))  # tiles
+        if n >= k and th * tw <= cap:
+            count = -(-n // max(1, min(n, cap // (th * tw))))
+            count = min(n, -(-count // k) * k)
+            nb = -(-n // count)
             return [(i, min(n, i + nb), 0, th) for i in range(0, n, nb)]
-        per = -(-th // max(1, fit // tw))  # items per image, then rows spread evenly over them
-        nr = -(-th // per)
+        per = max(-(-th // max(1, cap // tw)), -(-k // n))  # items per image
+        while (n * per) % k and per < th:
+            per += 1
+        nr = -(-th // per)  # (rows spread evenly over them)
         return [(i, i + 1, r, min(th, r + nr)) for i in range(n) for r in range(0, th, nr)]
 
     def _blocks(self, x, pads, ho, wo, out, finite, activation):

@@ -905,6 +905,11 @@ def test_numpy_fast_conv_picks_the_expected_algorithm():
     assert algo(256, 256, 3, hw=(14, 14)) == ("winograd", 2)
     assert algo(512, 512, 3, hw=(7, 7)) == ("winograd", 2)  # the GEMM for one image, F(2x2) from 4
     assert algo(64, 64, 3, hw=None) == ("winograd", 4)
+    # 32-47 channels: F(4x4) from a 40-pixel output side (the per-thread blocks), else the GEMM
+    # (or, for half as many outputs, shift); an unknown size keeps the GEMM
+    assert algo(32, 32, 3, hw=(40, 40)) == ("winograd", 4) and algo(32, 64, 3, hw=(128, 128)) == ("winograd", 4)
+    assert algo(32, 32, 3, hw=(28, 28))[0] == "gemm" and algo(32, 32, 3)[0] == "gemm"
+    assert algo(32, 64, 3, hw=(28, 28))[0] == "shift" and algo(16, 16, 3, hw=(128, 128))[0] == "gemm"
     assert algo(16, 3, 4, s=4, pads=((0, 0), (0, 0)))[0] == "patch"
     assert algo(16, 3, 4, s=4)[0] == "gemm"  # padded
     assert algo(16, 4, 4, s=4, g=2, pads=((0, 0), (0, 0)))[0] == "gemm"
@@ -1423,8 +1428,8 @@ def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
     on its own blocks of tile rows (``_Winograd._blocks``), bias and activation fused: against
     torch for whole images per block and tile rows per block, outputs that are not a multiple
     of the tile (uneven padding), F(2x2), float64, without a bias, and each fused activation (a
-    leaky ReLU applied twice would show, a SiLU left unapplied too); one thread takes the
-    chunked steps and agrees."""
+    leaky ReLU applied twice would show, a SiLU left unapplied too); one thread runs the same
+    blocks one after the other."""
     n, c, o, h, w, tile, pads, has_bias, act, dt, block = case
     if block is not None:
         monkeypatch.setattr(nf, "WINOGRAD_BLOCK_BYTES", block)
@@ -1447,8 +1452,9 @@ def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
     real = nf._Winograd._blocks
 
     def spy(self, *args, **kw):
-        calls.append(len(self._items(args[0].shape[0], *[-(-s // self.m) for s in ref.shape[2:]], c,
-                                     args[0].dtype.itemsize, 2)))
+        k = nf._threads_now()
+        calls.append((k, len(self._items(args[0].shape[0], *[-(-s // self.m) for s in ref.shape[2:]], c,
+                                         args[0].dtype.itemsize, k))))
         return real(self, *args, **kw)
     monkeypatch.setattr(nf._Winograd, "_blocks", spy)
     plan = nf.conv2d_plan(wt, b, pads=pads, algo="winograd", tile=tile)
@@ -1460,9 +1466,9 @@ def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
                 results[threads] = np.array(plan(x, act))
         finally:
             nf.set_num_threads(old)
-    assert len(calls) == 1 and calls[0] >= 2, calls  # the two-thread call, on several blocks
+    assert [k for k, _ in calls] == [2, 1] and calls[0][1] >= 2, calls  # several blocks on two threads
     if block is not None:
-        assert calls[0] > n  # (tile rows of one image per block)
+        assert calls[0][1] > n  # (tile rows of one image per block)
     tol = 1e-4 if dt == np.float32 else 1e-10
     for threads, got in results.items():
         assert got.dtype == dt and got.shape == tuple(ref.shape)
