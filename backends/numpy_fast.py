@@ -54,6 +54,7 @@ from .base import concat_shape
 __all__ = [
     "conv2d_plan",
     "conv_transpose2d_plan",
+    "depthwise3d_plan",
     "choose_algorithm",
     "Conv2dPlan",
     "pad",
@@ -3127,6 +3128,101 @@ def conv_transpose2d_plan(weight, bias=None, *, stride=(1, 1), padding=(0, 0), o
     if w.ndim != 4 or w.dtype.kind != "f":
         return None
     return ConvTranspose2dPlan(w, bias, stride, padding, output_padding, dilation, groups)
+
+
+# -- depthwise 3-D convolution ---------------------------------------------------------------------
+#: a depthwise 3-D convolution works on blocks of channels of one image of about this many bytes
+#: of padded input and accumulators (2 AVX-512 Xeon cores, 54 channels of 8x56x56, 3x3x3: 1 MiB
+#: 10.2 ms, 2 MiB 7.5, 4 MiB 10.1: smaller blocks make more short passes, larger leave the cache)
+DEPTHWISE3D_BLOCK_BYTES = 2 << 20
+
+
+class Depthwise3dPlan:
+    """A depthwise 3-D convolution (one input channel per group, as many outputs), stride 1, no
+    dilation, zero padding: per block of channels the zero-padded volume is stored flat (rows of
+    ``Wo + kw - 1``, planes of ``Ho + kh - 1`` rows), so that every tap ``(a, i, j)`` is one
+    contiguous slice of it at offset ``(a*rows + i)*width + j``; one multiply and one add per tap
+    over the block, then the bias and one copy of the valid part. Against the per-depth-tap 2-D
+    convolutions of the stacked depth slices (X3D's 54 channels of 8x56x56, 3x3x3, 2 AVX-512 Xeon
+    cores): 15 -> 7.5-10 ms, torch 3.4-3.9."""
+
+    def __init__(self, weight, bias, pads):
+        w = np.asarray(weight)
+        self.c, _, self.kd, self.kh, self.kw = w.shape
+        self.dtype = w.dtype
+        self.taps = np.ascontiguousarray(w.reshape(self.c, -1).T).reshape(-1, self.c, 1)
+        self.bias = None if bias is None else np.asarray(bias, dtype=w.dtype).reshape(self.c, 1, 1, 1)
+        self.pads = tuple(tuple(int(v) for v in p) for p in pads)
+
+    def out_size(self, d: int, h: int, w: int) -> tuple[int, int, int]:
+        (f, b), (t, bo), (l, r) = self.pads
+        return d + f + b - self.kd + 1, h + t + bo - self.kh + 1, w + l + r - self.kw + 1
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        if x.dtype != self.dtype:
+            x = x.astype(self.dtype)
+        n, c, d, h, w = x.shape
+        do, ho, wo = self.out_size(d, h, w)
+        if min(do, ho, wo) <= 0 or c != self.c:
+            from kuiper_xp.errors import ShapeError
+
+            raise ShapeError(f"depthwise 3-D convolution of input {x.shape}: expected (N, {self.c}, D, H, W) "
+                             f"giving a non-empty output, kernel {(self.kd, self.kh, self.kw)}, pads {self.pads}")
+        (f, _), (t, _), (l, _) = self.pads
+        dp, hq, wq = do + self.kd - 1, ho + self.kh - 1, wo + self.kw - 1
+        plane = hq * wq
+        length = do * plane  # (the flat overrun of the last taps lands in one spare plane)
+        dd, hh, ww = max(0, min(d, dp - f)), max(0, min(h, hq - t)), max(0, min(w, wq - l))
+        offs = [(a * hq + i) * wq + j for a in range(self.kd) for i in range(self.kh) for j in range(self.kw)]
+        y = _out((n, c, do, ho, wo), self.dtype)
+        if y.size == 0:
+            return y
+        per_channel = ((dp + 1) * plane + 2 * length) * self.dtype.itemsize
+        block = max(1, min(c, DEPTHWISE3D_BLOCK_BYTES // per_channel))
+        taps, bias = self.taps, self.bias
+
+        def part(c0, c1):
+            for i in range(n):
+                for b0 in range(c0, c1, block):
+                    b1 = min(c1, b0 + block)
+                    nb = b1 - b0
+                    xb = _workspace((nb, dp + 1, hq, wq), self.dtype, slot=120)
+                    xb[:, :f] = 0
+                    xb[:, f + dd:] = 0
+                    inner = xb[:, f:f + dd]
+                    inner[:, :, :t] = 0
+                    inner[:, :, t + hh:] = 0
+                    inner[:, :, t:t + hh, :l] = 0
+                    inner[:, :, t:t + hh, l + ww:] = 0
+                    inner[:, :, t:t + hh, l:l + ww] = x[i, b0:b1, :dd, :hh, :ww]
+                    flat = _view(xb, (nb, (dp + 1) * plane))
+                    acc = _workspace((nb, length), self.dtype, slot=121)
+                    tmp = _workspace((nb, length), self.dtype, slot=122)
+                    for k, off in enumerate(offs):
+                        if k == 0:
+                            np.multiply(flat[:, off:off + length], taps[k, b0:b1], out=acc)
+                        else:
+                            np.multiply(flat[:, off:off + length], taps[k, b0:b1], out=tmp)
+                            acc += tmp
+                    src = _view(acc, (nb, do, hq, wq))[:, :, :ho, :wo]
+                    if bias is None:
+                        y[i, b0:b1] = src
+                    else:
+                        np.add(src, bias[b0:b1], out=y[i, b0:b1])
+        _parallel(part, c, y.size * len(offs))
+        return y
+
+
+def depthwise3d_plan(weight, bias=None, *, stride=(1, 1, 1), dilation=(1, 1, 1), groups=1,
+                     pads=((0, 0), (0, 0), (0, 0))) -> Depthwise3dPlan | None:
+    """A :class:`Depthwise3dPlan` for a float (C, 1, kd, kh, kw) weight in C groups, stride 1
+    and no dilation; None otherwise (the caller keeps its own path)."""
+    w = np.asarray(weight)
+    if (w.ndim != 5 or w.dtype.kind != "f" or w.shape[1] != 1 or groups != w.shape[0]
+            or tuple(stride) != (1, 1, 1) or tuple(dilation) != (1, 1, 1)):
+        return None
+    return Depthwise3dPlan(w, bias, pads)
 
 
 # -- pooling -------------------------------------------------------------------------------------

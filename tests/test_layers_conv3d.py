@@ -53,6 +53,23 @@ class Factorised(nn.Module):
         return self.t2(y), self.p(y)
 
 
+class Depthwise(nn.Module):
+    """X3D's and CSN's depthwise 3-D convolutions, stride 1 (the numpy backend's whole-volume
+    depthwise path): a 3x3x3 one with a folded BatchNorm and SiLU, an uneven (3, 5, 3) kernel with
+    uneven padding and no bias, and an even kernel's "same" padding (0 before, 1 after)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv3d(6, 6, 3, padding=1, groups=6)
+        self.bn = nn.BatchNorm3d(6)
+        self.b = nn.Conv3d(6, 6, (3, 5, 3), padding=(1, 2, 0), groups=6, bias=False)
+        self.c = nn.Conv3d(6, 6, 2, padding="same", groups=6)
+
+    def forward(self, x):
+        y = F.silu(self.bn(self.a(x)))
+        return self.b(y), self.c(y)
+
+
 class Transposed(nn.Module):
     def __init__(self):
         super().__init__()
@@ -116,6 +133,7 @@ def _randomise_bn(module):
 CASES = {
     "convs": (Convs, (2, 3, 5, 9, 8)),
     "factorised": (Factorised, (2, 4, 7, 6, 5)),
+    "depthwise": (Depthwise, (2, 6, 5, 9, 8)),
     "transposed": (Transposed, (2, 6, 3, 4, 5)),
     "pools": (Pools, (2, 3, 7, 9, 8)),
     "pools_indices": (PoolsWithIndices, (2, 3, 7, 9, 8)),
@@ -172,6 +190,17 @@ def test_kernels_without_spatial_extent_run_as_2d_depth_convolutions(backend, ex
     g = kuiper_xp.load(param, backend=backend)
     taken = {r.name: r.layer.depth_only is not None for r in g.operators if r.type == "nn.Conv3d"}
     assert len(taken) == 4 and taken.pop("s") is False and all(taken.values()), taken  # (1, 3, 3): not
+
+
+def test_stride_one_depthwise_kernels_take_the_whole_volume_path(backend, exported):
+    """On numpy the stride-1 depthwise layers run as one plan over the padded volume
+    (``Depthwise3dPlan``), the strided depthwise one of ``convs`` keeps the per-depth-tap 2-D
+    convolutions; array_api_strict has no plan."""
+    g = kuiper_xp.load(exported("depthwise")[0], backend=backend)
+    taken = {r.name: r.layer.depthwise3d is not None for r in g.operators if r.type == "nn.Conv3d"}
+    assert len(taken) == 3 and set(taken.values()) == {backend.name == "numpy"}, taken
+    g2 = kuiper_xp.load(exported("convs")[0], backend=backend)
+    assert all(r.layer.depthwise3d is None for r in g2.operators if r.type == "nn.Conv3d")
 
 
 def test_unbatched_input(backend, exported):

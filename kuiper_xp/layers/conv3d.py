@@ -144,6 +144,13 @@ class Conv3d(FusesActivation, Layer):
                                                groups=groups, pads=d_pads)
             self.depth_only = p if p is not None else (
                 lambda x4: fn.conv2d(x4, w_d, bias, (stride[0], 1), d_pads, (dilation[0], 1), groups, xp=self.xp))
+        # a depthwise kernel of stride 1 (X3D's and CSN's 3x3x3): the backend's whole 3-D
+        # depthwise convolution where it has one (numpy: every tap a slice of the flat volume)
+        self.depthwise3d = None
+        dw_plan = getattr(ctx.fast, "depthwise3d_plan", None)
+        if not self.folded and o == groups and mode == "zeros" and dw_plan is not None and self.depth_only is None:
+            self.depthwise3d = dw_plan(weight, bias, stride=stride, dilation=dilation, groups=groups,
+                                       pads=tuple(tuple(p) for p in padding))
         self.taps = []
         for w2, b2 in zip(ws, biases):
             p = None if plan is None else plan(w2, b2, stride=stride[1:], dilation=dilation[1:], groups=groups,
@@ -182,6 +189,12 @@ class Conv3d(FusesActivation, Layer):
             y = self.depth_only(xp.reshape(x, (n, c, d, h * w)))
             y = self._activate(y, "inner")
             y = xp.reshape(y, (n, y.shape[1], y.shape[2], h, w))
+            return self._activate(y[0, ...] if unbatched else y, "outer")
+        if self.depthwise3d is not None:
+            if min(self.depthwise3d.out_size(*x.shape[2:])) <= 0:
+                raise ShapeError(f"{self.where}: output would be empty for input {tuple(x.shape)} "
+                                 f"(kernel {tuple(self.weight.shape[2:])}, padding {self.padding})")
+            y = self._activate(self.depthwise3d(x), "inner")
             return self._activate(y[0, ...] if unbatched else y, "outer")
         if self.mode == "zeros":
             x = fn.pad(x, (self.padding[0], (0, 0), (0, 0)), "zeros", xp=xp)
