@@ -1526,6 +1526,37 @@ def test_winograd_blocks_non_finite_and_huge_inputs_match_torch(monkeypatch):
     assert len(calls) == 2
 
 
+@pytest.mark.parametrize("case", [
+    # (n, c, o, k, stride, hw, shared): small maps at batch > 1 on two threads
+    (4, 64, 64, 3, 1, 24, False),   # weights 0.14 MiB, patches 1.3 MiB an image: per-thread blocks
+    (4, 256, 128, 9, 2, 8, True),   # weights 10 MiB, 8x one image's patches: shared GEMMs
+    (9, 256, 96, 9, 2, 8, True),    # 7.6 MiB: chunks of 6 images (and 3)
+])
+def test_small_maps_with_heavy_weights_share_their_gemms(monkeypatch, case):
+    """Batched small maps run as per-thread blocks of images, each thread reading all the
+    weights per block, unless the weights are over GEMM_IMAGES_MAX_WEIGHT_RATIO times a block's
+    patches (CapsNet's 9x9 256 -> 256): then shared GEMMs over as many images as the weights
+    weigh. Both against torch, ReLU fused."""
+    n, c, o, k, s, hw, shared = case
+    calls = []
+    real = nf.Conv2dPlan._run_gemm_images
+    monkeypatch.setattr(nf.Conv2dPlan, "_run_gemm_images", lambda self, *a: calls.append(1) or real(self, *a))
+    rng = np.random.default_rng(n + c + o + k)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    wt = (rng.standard_normal((o, c, k, k)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(o).astype(np.float32)
+    plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((k // 2, k // 2),) * 2, algo="gemm")
+    old = nf.set_num_threads(2)
+    try:
+        with nf.compute_scope():
+            got = np.array(plan(x, "relu"))
+    finally:
+        nf.set_num_threads(old)
+    assert bool(calls) != shared, calls
+    ref = torch.relu(F.conv2d(t(x), t(wt), t(b), s, k // 2)).numpy()
+    assert_close(got, ref, rtol=1e-5)
+
+
 def test_numpy_fast_conv_plan_refuses_what_it_cannot_run():
     """The plan API (benchmarks, tests, users forcing an algorithm) says what does not fit
     instead of failing inside numpy or reading only some of the channels."""
