@@ -149,7 +149,8 @@ GEMM_MIN_COLUMNS = 1024
 #: reading all the weights, give way to shared GEMMs over as many images as the weights weigh
 #: (2 threads: CapsNet's 9x9 stride-2 256 -> 256 on 20x20, 21 MiB of weights, 3 MiB of patches
 #: an image, batch 4 11.4 -> 9.4 ms, batch 2 6.8 -> 5.2; 1024 -> 1024 3x3 at 7x7 batch 4 21 ->
-#: 16; 384 -> 384 at 13x13, weights 2.3x the patches, kept: 7.9-8.1 against 8.3-8.5 shared)
+#: 16; 384 -> 384 at 13x13, weights 2.3x the patches, kept: 7.9-8.1 against 8.3-8.5 shared);
+#: 1x1 convolutions compare their output channels with an image's pixels the same way
 GEMM_IMAGES_MAX_WEIGHT_RATIO = 4
 #: convolutions (GEMM, Winograd and tap algorithms) of at most this many multiply-adds, whose
 #: patch matrix has at most SMALL_CONV_PATCH_ELEMENTS, run as one plain im2col and GEMM on the
@@ -1910,11 +1911,15 @@ class Conv2dPlan:
         threads followed by bias and activation passes over the whole result, or a copy of small
         images side by side into one GEMM: 0.57 against 1.27 ms for MobileNetV2's 384 -> 64 at
         14x14 (channels-last input), batch 8, 0.98 against 1.74 for 576 -> 96 (2 threads).
-        Otherwise (stride 2, tiny outputs) see _run_1x1_copy."""
+        Otherwise (stride 2, tiny outputs, and batched small maps whose output channels are over
+        GEMM_IMAGES_MAX_WEIGHT_RATIO times an image's pixels, where every block would read all
+        the weights: ResNet-50's 512 -> 2048 and 2048 -> 512 at 7x7, batch 8, 4.4-4.9 -> 3.6 ms,
+        torch 3.4) see _run_1x1_copy."""
         n, c = x.shape[:2]
         o = self.o
         ln = ho * wo
-        x3 = _channels_by_pixels(x) if self.stride == (1, 1) and n * o * ln > TINY_ELEMENTS else None
+        heavy = n > 1 and ln < GEMM_MIN_COLUMNS and o * c > GEMM_IMAGES_MAX_WEIGHT_RATIO * c * ln
+        x3 = _channels_by_pixels(x) if self.stride == (1, 1) and n * o * ln > TINY_ELEMENTS and not heavy else None
         if x3 is None:
             y = self._run_1x1_copy(x, ho, wo)
             return y if activation is None else activation_inplace(y, activation)

@@ -1557,6 +1557,35 @@ def test_small_maps_with_heavy_weights_share_their_gemms(monkeypatch, case):
     assert_close(got, ref, rtol=1e-5)
 
 
+@pytest.mark.parametrize("layout", ["planar", "channels_last"])
+def test_heavy_1x1_convolutions_on_small_maps_take_one_shared_gemm(monkeypatch, layout):
+    """A batched 1x1 convolution whose output channels are over GEMM_IMAGES_MAX_WEIGHT_RATIO
+    times an image's pixels (ResNet-50's 512 -> 2048 at 7x7) copies the images side by side into
+    one GEMM (``_run_1x1_copy``) instead of per-thread blocks that each read all the weights; a
+    light one (64 -> 32) keeps the blocks. Against torch, bias and ReLU, planar and
+    channels-last inputs."""
+    calls = []
+    real = nf.Conv2dPlan._run_1x1_copy
+    monkeypatch.setattr(nf.Conv2dPlan, "_run_1x1_copy", lambda self, *a: calls.append(self.o) or real(self, *a))
+    rng = np.random.default_rng(3)
+    old = nf.set_num_threads(2)
+    try:
+        for c, o in ((512, 2048), (64, 32)):
+            x = rng.standard_normal((4, c, 7, 7)).astype(np.float32)
+            if layout == "channels_last":
+                x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+            wt = (rng.standard_normal((o, c, 1, 1)) * 0.05).astype(np.float32)
+            b = rng.standard_normal(o).astype(np.float32)
+            plan = nf.conv2d_plan(wt, b, input_hw=(7, 7))
+            assert plan.algo == "1x1"
+            with nf.compute_scope():
+                got = np.array(plan(x, "relu"))
+            assert_close(got, torch.relu(F.conv2d(t(np.ascontiguousarray(x)), t(wt), t(b))).numpy(), rtol=1e-5)
+    finally:
+        nf.set_num_threads(old)
+    assert calls == [2048], calls
+
+
 def test_numpy_fast_conv_plan_refuses_what_it_cannot_run():
     """The plan API (benchmarks, tests, users forcing an algorithm) says what does not fit
     instead of failing inside numpy or reading only some of the channels."""
