@@ -1411,6 +1411,21 @@ def test_numpy_fast_winograd_of_huge_values_does_not_overflow():
     assert_close(plan(x), expected, rtol=1e-4)
 
 
+def _torch_activation(ref, act):
+    """torch's result of a fused activation spec of ``activation_inplace`` (None, "relu", "silu",
+    ("clamp", lo, hi), ("leaky", slope))."""
+    if act is None:
+        return ref
+    if act == "relu":
+        return torch.relu(ref)
+    if act == "silu":
+        return F.silu(ref)
+    if act[0] == "clamp":
+        return ref.clamp(act[1], act[2])
+    assert act[0] == "leaky", act
+    return F.leaky_relu(ref, act[1])
+
+
 _WINO_BLOCK_CASES = [
     # (n, c, o, h, w, tile, pads ((t, b), (l, r)), bias, activation, dtype, block bytes)
     (8, 16, 24, 30, 30, 4, ((1, 1), (1, 1)), True, ("leaky", 0.1), np.float32, None),  # whole images
@@ -1440,14 +1455,7 @@ def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
     (t_, bo), (l, r) = pads
     ref = F.conv2d(F.pad(torch.from_numpy(x), (l, r, t_, bo)), torch.from_numpy(wt),
                    None if b is None else torch.from_numpy(b))
-    if act == "relu":
-        ref = torch.relu(ref)
-    elif act == "silu":
-        ref = F.silu(ref)
-    elif act is not None and act[0] == "clamp":
-        ref = ref.clamp(act[1], act[2])
-    elif act is not None:
-        ref = F.leaky_relu(ref, act[1])
+    ref = _torch_activation(ref, act)
     calls = []
     real = nf._Winograd._blocks
 
@@ -1653,12 +1661,7 @@ def test_tiny_convolutions_take_one_plain_gemm_and_match_torch(monkeypatch, case
     (t, bo), (l, r) = pads
     ref = F.conv2d(F.pad(torch.from_numpy(x), (l, r, t, bo)), torch.from_numpy(wt), torch.from_numpy(b),
                    stride=s, dilation=d, groups=g)
-    if act == "relu":
-        ref = torch.relu(ref)
-    elif act is not None and act[0] == "clamp":
-        ref = ref.clamp(act[1], act[2])
-    elif act is not None:
-        ref = F.leaky_relu(ref, act[1])
+    ref = _torch_activation(ref, act)
     assert calls == [plan.algo], (calls, plan.algo)
     assert got.dtype == dt and got.shape == tuple(ref.shape)
     assert_close(got, ref.numpy(), rtol=1e-5 if dt == np.float32 else 1e-12, what=f"tiny convolution {case}")
