@@ -1609,8 +1609,7 @@ def choose_algorithm(o: int, cg: int, kernel, stride, dilation, groups: int, pad
     Measured on 2 Zen 3 cores (OpenBLAS 0.3.31, torch 2.13 with oneDNN as the reference), single
     image: F(4x4) beats the GEMM from 48-64 channels at 28x28 and above (0.65-0.75x of its time
     at 64 channels; 32-47 channels only from 40 pixels a side, see WINOGRAD_MIN_CHANNELS), F(2x2)
-    at 14x14 (0.8x), the GEMM
-    wins at 7x7; batch 4-8 at 7x7: F(2x2) 0.8x of the GEMM.
+    at 14x14 (0.8x), the GEMM wins at 7x7; batch 4-8 at 7x7: F(2x2) 0.8x of the GEMM.
     """
     kh, kw = kernel
     if (kh, kw) == (1, 1) and tuple(dilation) == (1, 1) and groups == 1 and not any(a or b for a, b in pads):
@@ -1918,7 +1917,7 @@ class Conv2dPlan:
         n, c = x.shape[:2]
         o = self.o
         ln = ho * wo
-        heavy = n > 1 and ln < GEMM_MIN_COLUMNS and o * c > GEMM_IMAGES_MAX_WEIGHT_RATIO * c * ln
+        heavy = n > 1 and ln < GEMM_MIN_COLUMNS and o > GEMM_IMAGES_MAX_WEIGHT_RATIO * ln  # (weights o*c, input c*ln)
         x3 = _channels_by_pixels(x) if self.stride == (1, 1) and n * o * ln > TINY_ELEMENTS and not heavy else None
         if x3 is None:
             y = self._run_1x1_copy(x, ho, wo)
