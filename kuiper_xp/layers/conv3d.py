@@ -152,7 +152,7 @@ class Conv3d(FusesActivation, Layer):
             self.depthwise3d = dw_plan(weight, bias, stride=stride, dilation=dilation, groups=groups,
                                        pads=tuple(tuple(p) for p in padding))
         self.taps = []
-        for w2, b2 in zip(ws, biases):
+        for w2, b2 in zip(ws, biases) if self.depthwise3d is None else ():
             p = None if plan is None else plan(w2, b2, stride=stride[1:], dilation=dilation[1:], groups=groups,
                                                pads=hw_pads)
             self.taps.append(p if p is not None else (
