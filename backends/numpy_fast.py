@@ -4384,11 +4384,19 @@ def pack_linear(weight) -> np.ndarray:
 #: (the layers get the transposed view): for them OpenBLAS did as well or better with the view at
 #: every row count (4096x4096 to 25088x4096, 1 to 400 rows: 0.73-1.09 of the packed copy's time,
 #: 2 AVX-512 Xeon cores), and :func:`linear` then takes few rows as ``W @ x.T`` (0.5-0.85: VGG's
-#: and AlexNet's classifiers at batch 2-32); smaller ones (2048x1000: the view 1.3-1.75x slower
-#: at 8-64 rows) are packed
-PACK_KEEP_MIN_ELEMENTS = 1 << 23
+#: and AlexNet's classifiers at batch 2-32). Session 25 lowered it from 8 Mi elements: in whole
+#: models, whose weights come from memory rather than cache, ViT-B/32 (768x3072 and 2304x768)
+#: ran 0.90 of its time at batch 1 and 0.94 at batch 8 with its weights kept (old and new
+#: alternated, three times), loading in 0.35 s instead of 0.48-1.1 (no transposed copy: the
+#: first touch of fresh memory costs ~1.2 s a GiB on this VM); ViT-L/16's load 1.6-4.7 -> 0.7 s,
+#: BERT-large's 2.8-5.3 -> 2.5-2.7, their times, GPT-2's, Whisper's, VGG-16's and Swin's within
+#: noise; a 2048x2048 MLP at 64 rows 3.1-3.3 -> 2.9 ms. Isolated and cached, 2048x1000 at 50-400
+#: rows stays 1.1-1.2x slower as a view, 768x768 to 3072x768 within 5% either way.
+PACK_KEEP_MIN_ELEMENTS = 1 << 20
 #: inputs of at most this many rows (and at least 2) meet a weight kept (out, in) as ``W @ x.T``
-LINEAR_FEW_ROWS = 32
+#: (each thread then reads whole rows of W: ViT-B/32's 50 tokens at 64, against 32, 0.93 of the
+#: model's time; 8 rows of 3072x768 0.57 against 0.69 ms packed)
+LINEAR_FEW_ROWS = 64
 #: rows of the weight transposed at a time by :func:`pack_linear` (3072x768 float32 on 2 AMD EPYC
 #: cores: 6.1 ms as one copy, 2.6 in blocks of 128 rows, 2.9 of 64, 3.5 of 32; on 2 AVX-512 Xeon
 #: cores 1.80 ms at 64 rows, 2.86 at 128, 1.93 at 48, and 64 best for 2304x768 and 768x768 too:

@@ -308,7 +308,7 @@ def test_numpy_pack_linear_is_a_contiguous_transpose(monkeypatch, shape, threads
     np.testing.assert_array_equal(got, w.T)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 32, 40])
+@pytest.mark.parametrize("rows", [1, 2, 5, 64, 65])
 def test_numpy_big_weights_stay_out_in(monkeypatch, tmp_path, rows):
     """A weight of PACK_KEEP_MIN_ELEMENTS or more is kept as read, (out, in) (pack_linear returns
     the transposed view, no copy); inputs of 2..LINEAR_FEW_ROWS rows then run as W @ x^T, others
