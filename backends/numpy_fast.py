@@ -4395,7 +4395,8 @@ def pack_linear(weight) -> np.ndarray:
 PACK_KEEP_MIN_ELEMENTS = 1 << 20
 #: inputs of at most this many rows (and at least 2) meet a weight kept (out, in) as ``W @ x.T``
 #: (each thread then reads whole rows of W: ViT-B/32's 50 tokens at 64, against 32, 0.93 of the
-#: model's time; 8 rows of 3072x768 0.57 against 0.69 ms packed)
+#: model's time; 8 rows of 3072x768 0.57 against 0.69 ms packed). Not with the MKL path on
+#: (``use_mkl``), whose ``x @ W.T`` is faster: ViT-B/32 at batch 1 63.5 ms against 74-79
 LINEAR_FEW_ROWS = 64
 #: rows of the weight transposed at a time by :func:`pack_linear` (3072x768 float32 on 2 AMD EPYC
 #: cores: 6.1 ms as one copy, 2.6 in blocks of 128 rows, 2.9 of 64, 3.5 of 32; on 2 AVX-512 Xeon
@@ -4410,7 +4411,7 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
     rows, n = x2.shape[0], weight_t.shape[1]
     dt = x2.dtype if x2.dtype == weight_t.dtype else np.result_type(x2, weight_t)
-    if 2 <= rows <= LINEAR_FEW_ROWS and weight_t.flags.f_contiguous and not weight_t.flags.c_contiguous:
+    if 2 <= rows <= LINEAR_FEW_ROWS and _mkl is None and weight_t.flags.f_contiguous and not weight_t.flags.c_contiguous:
         # a big weight kept (out, in) (pack_linear): y^T = W @ x^T reads W's rows once per thread
         yt = _gemm(weight_t.T, x2.T, _workspace((n, rows), dt, slot=53))
         y = _out((rows, n), dt)
