@@ -4359,15 +4359,18 @@ def rnn_sequence(kind: str, xw: np.ndarray, w_hh_t: np.ndarray, h0: np.ndarray, 
     raise ValueError(f"unknown recurrent kind {kind!r}")
 
 
-def pack_linear(weight) -> np.ndarray:
+def pack_linear(weight, keep_big: bool = True) -> np.ndarray:
     """``W^T`` of an (out, in) weight as a contiguous (in, out) array, made once at build: the
     products then read it untransposed, which OpenBLAS packs faster (2 threads of an AMD EPYC,
     x of 128 rows: 768x768 0.82 against 1.00 ms as a transposed view, 3072x768 3.39 against 3.74;
     in models, interleaved: timm's ViT-Tiny 33.8 against 37.4 ms at batch 1, ViT-B/32 91.3
     against 94.5, and 423 against 434 at batch 8). The layers drop the read weight from the
-    build's cache, so loading holds one weight twice at a time, not all of them."""
+    build's cache, so loading holds one weight twice at a time, not all of them. With
+    ``keep_big`` a weight of PACK_KEEP_MIN_ELEMENTS or more comes back as the transposed view
+    instead; recurrent layers pass False: their step products of a few rows ran 1.2-1.45x
+    slower on the view (a (4096, 1024) hidden weight, 4-16 rows, 1 or 2 threads)."""
     w = np.asarray(weight)
-    if w.ndim == 2 and w.size >= PACK_KEEP_MIN_ELEMENTS and w.flags.c_contiguous:
+    if keep_big and w.ndim == 2 and w.size >= PACK_KEEP_MIN_ELEMENTS and w.flags.c_contiguous:
         return w.T  # (big weights stay (out, in): see PACK_KEEP_MIN_ELEMENTS)
     if w.ndim != 2 or w.shape[0] < 2 * PACK_ROWS:
         return np.ascontiguousarray(w.T)

@@ -150,7 +150,7 @@ class _Recurrent(Layer):
             if fast_pack is None:
                 return xp.matrix_transpose(a)
             ctx.forget(op.weight_ref(name))
-            return fast_pack(a)
+            return fast_pack(a, keep_big=False)
 
         cells: list[dict[str, Any]] = []
         for k in range(num_layers):
