@@ -212,8 +212,10 @@ CONVT2D = [
     (1, 2, 3, 4, 4, 3, 2, 2, 1, 2, 1, True),  # output padding below dilation
     (1, 3, 4, 4, 5, 2, 3, 0, 0, 1, 1, True),  # stride above the kernel: a phase no tap reaches
     (2, 4, 2, 3, 4, 5, 2, 3, 1, 1, 1, False),  # padding above the stride crops whole taps
-    # 20x16 maps: three images share one GEMM, the last of five alone; with groups
+    # 20x16 maps at batch 5: each thread takes whole images (CONVT_IMAGES_MIN_PIXELS); with groups
     (5, 4, 6, 20, 16, 4, 2, 1, 1, 1, 2, True),
+    # 6x8 maps at batch 5: the images share one GEMM (too small for an image per thread)
+    (5, 4, 6, 6, 8, 4, 2, 1, 1, 1, 2, True),
 ]
 
 
@@ -963,6 +965,37 @@ def test_numpy_fast_conv_transpose_matches_generic(case, fast_mode):
     plan = nf.conv_transpose2d_plan(wt, b, stride=tup(s), padding=tup(p), output_padding=tup(op_),
                                     dilation=tup(d), groups=g)
     assert_close(plan(x), expected, rtol=RTOL, what="fast")
+
+
+@pytest.mark.parametrize("case", [
+    # (n, cin, cout, h, w, k, s, p, output_padding, dilation, groups)
+    (4, 8, 6, 9, 8, 2, 2, 0, 0, 1, 1),       # U-Net's up-sampling
+    (3, 6, 4, 8, 10, 3, 1, 1, 0, 2, 2),      # stride 1 (written straight into the output), dilated, groups
+    (2, 4, 5, 8, 8, 4, 3, 1, 2, 1, 1),       # output padding, stride above half the kernel
+])
+def test_conv_transpose2d_whole_images_per_thread(monkeypatch, case):
+    """From two images of at least CONVT_IMAGES_MIN_PIXELS each, every thread runs whole images
+    (its GEMM and col2im); the same against torch with the per-image split steps forced."""
+    n, cin, cout, h, w, k, s, p, op_, d, g = case
+    x, wt, b = rnd(n, cin, h, w), rnd(cin, cout // g, k, k, seed=1), rnd(cout, seed=2)
+    expected = F.conv_transpose2d(t(x), t(wt), t(b), s, p, op_, g, d).numpy()
+    slots = []
+    real = nf.ConvTranspose2dPlan._col2im
+    monkeypatch.setattr(nf.ConvTranspose2dPlan, "_col2im",
+                        lambda self, *a, slot: slots.append(slot) or real(self, *a, slot=slot))
+    plan = nf.conv_transpose2d_plan(wt, b, stride=(s, s), padding=(p, p), output_padding=(op_, op_),
+                                    dilation=(d, d), groups=g)
+    old = nf.set_num_threads(2)
+    try:
+        for limit in (nf.CONVT_IMAGES_MIN_PIXELS, 1 << 30):
+            monkeypatch.setattr(nf, "CONVT_IMAGES_MIN_PIXELS", limit)
+            slots.clear()
+            with nf.compute_scope():
+                got = np.array(plan(x))
+            assert_close(got, expected, rtol=RTOL, what=f"limit {limit}")
+            assert set(slots) == ({64} if limit < 1 << 30 else {60}), slots
+    finally:
+        nf.set_num_threads(old)
 
 
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
