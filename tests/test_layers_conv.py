@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from array_api_compat import numpy as xnp
 from conftest import assert_close
+from helpers import in_fast_scope
 from kuiper_xp.backends import get_backend
 from torch import nn
 
@@ -985,17 +986,12 @@ def test_conv_transpose2d_whole_images_per_thread(monkeypatch, case):
                         lambda self, *a, slot: slots.append(slot) or real(self, *a, slot=slot))
     plan = nf.conv_transpose2d_plan(wt, b, stride=(s, s), padding=(p, p), output_padding=(op_, op_),
                                     dilation=(d, d), groups=g)
-    old = nf.set_num_threads(2)
-    try:
-        for limit in (nf.CONVT_IMAGES_MIN_PIXELS, 1 << 30):
-            monkeypatch.setattr(nf, "CONVT_IMAGES_MIN_PIXELS", limit)
-            slots.clear()
-            with nf.compute_scope():
-                got = np.array(plan(x))
-            assert_close(got, expected, rtol=RTOL, what=f"limit {limit}")
-            assert set(slots) == ({64} if limit < 1 << 30 else {60}), slots
-    finally:
-        nf.set_num_threads(old)
+    for limit in (nf.CONVT_IMAGES_MIN_PIXELS, 1 << 30):
+        monkeypatch.setattr(nf, "CONVT_IMAGES_MIN_PIXELS", limit)
+        slots.clear()
+        got = np.array(in_fast_scope(nf, lambda: plan(x), 2))
+        assert_close(got, expected, rtol=RTOL, what=f"limit {limit}")
+        assert set(slots) == ({64} if limit < 1 << 30 else {60}), slots
 
 
 @pytest.mark.parametrize("mode", ["zeros", "reflect", "replicate", "circular"])
@@ -1499,14 +1495,7 @@ def test_winograd_blocks_per_thread_match_torch(monkeypatch, case):
         return real(self, *args, **kw)
     monkeypatch.setattr(nf._Winograd, "_blocks", spy)
     plan = nf.conv2d_plan(wt, b, pads=pads, algo="winograd", tile=tile)
-    results = {}
-    for threads in (2, 1):
-        old = nf.set_num_threads(threads)
-        try:
-            with nf.compute_scope():
-                results[threads] = np.array(plan(x, act))
-        finally:
-            nf.set_num_threads(old)
+    results = {threads: np.array(in_fast_scope(nf, lambda: plan(x, act), threads)) for threads in (2, 1)}
     assert [k for k, _ in calls] == [2, 1] and calls[0][1] >= 2, calls  # several blocks on two threads
     if block is not None:
         assert calls[0][1] > n  # (tile rows of one image per block)
@@ -1527,15 +1516,10 @@ def test_winograd_blocks_only_with_enough_tiles_per_channel(monkeypatch):
                             lambda self, *a, name=name, real=real: calls.append((name, a[0].shape[0])) or real(self, *a))
     wt, b = rnd(64, 64, 3, 3, seed=1) * np.float32(0.1), rnd(64, seed=2)
     plan = nf.conv2d_plan(wt, b, pads=((1, 1), (1, 1)), algo="winograd", tile=4)
-    old = nf.set_num_threads(2)
-    try:
-        for n in (1, 2):
-            x = rnd(n, 64, 16, 16, seed=n)
-            with nf.compute_scope():
-                got = np.array(plan(x, "relu"))
-            assert_close(got, torch.relu(F.conv2d(t(x), t(wt), t(b), 1, 1)).numpy(), rtol=1e-4)
-    finally:
-        nf.set_num_threads(old)
+    for n in (1, 2):
+        x = rnd(n, 64, 16, 16, seed=n)
+        got = np.array(in_fast_scope(nf, lambda x=x: plan(x, "relu"), 2))
+        assert_close(got, torch.relu(F.conv2d(t(x), t(wt), t(b), 1, 1)).numpy(), rtol=1e-4)
     assert calls == [("_steps", 1), ("_blocks", 2)]
 
 
@@ -1551,19 +1535,14 @@ def test_winograd_blocks_non_finite_and_huge_inputs_match_torch(monkeypatch):
     calls = []
     real = nf._Winograd._blocks
     monkeypatch.setattr(nf._Winograd, "_blocks", lambda self, *a: calls.append(1) or real(self, *a))
-    old = nf.set_num_threads(2)
-    try:
-        for xi, w_, finite in ((x_inf, wt, False), (x * np.float32(1e37), wt * np.float32(1e-6), True)):
-            plan = nf.conv2d_plan(w_, b, pads=((1, 1), (1, 1)), algo="winograd", tile=4)
-            expected = F.leaky_relu(F.conv2d(t(xi), t(w_), t(b), 1, 1), 0.1).numpy()
-            assert np.isfinite(expected).all() == finite
-            if not finite:
-                assert (~np.isfinite(expected)).sum() <= 9 * 16  # the 3x3 outputs reading it
-            with nf.compute_scope():
-                got = np.array(plan(xi, ("leaky", 0.1)))
-            assert_close(got, expected, rtol=1e-4)
-    finally:
-        nf.set_num_threads(old)
+    for xi, w_, finite in ((x_inf, wt, False), (x * np.float32(1e37), wt * np.float32(1e-6), True)):
+        plan = nf.conv2d_plan(w_, b, pads=((1, 1), (1, 1)), algo="winograd", tile=4)
+        expected = F.leaky_relu(F.conv2d(t(xi), t(w_), t(b), 1, 1), 0.1).numpy()
+        assert np.isfinite(expected).all() == finite
+        if not finite:
+            assert (~np.isfinite(expected)).sum() <= 9 * 16  # the 3x3 outputs reading it
+        got = np.array(in_fast_scope(nf, lambda p=plan, xi=xi: p(xi, ("leaky", 0.1)), 2))
+        assert_close(got, expected, rtol=1e-4)
     assert len(calls) == 2
 
 
@@ -1587,12 +1566,7 @@ def test_small_maps_with_heavy_weights_share_their_gemms(monkeypatch, case):
     wt = (rng.standard_normal((o, c, k, k)) * 0.05).astype(np.float32)
     b = rng.standard_normal(o).astype(np.float32)
     plan = nf.conv2d_plan(wt, b, stride=(s, s), pads=((k // 2, k // 2),) * 2, algo="gemm")
-    old = nf.set_num_threads(2)
-    try:
-        with nf.compute_scope():
-            got = np.array(plan(x, "relu"))
-    finally:
-        nf.set_num_threads(old)
+    got = np.array(in_fast_scope(nf, lambda: plan(x, "relu"), 2))
     assert bool(calls) != shared, calls
     ref = torch.relu(F.conv2d(t(x), t(wt), t(b), s, k // 2)).numpy()
     assert_close(got, ref, rtol=1e-5)
@@ -1609,21 +1583,16 @@ def test_heavy_1x1_convolutions_on_small_maps_take_one_shared_gemm(monkeypatch, 
     real = nf.Conv2dPlan._run_1x1_copy
     monkeypatch.setattr(nf.Conv2dPlan, "_run_1x1_copy", lambda self, *a: calls.append(self.o) or real(self, *a))
     rng = np.random.default_rng(3)
-    old = nf.set_num_threads(2)
-    try:
-        for c, o in ((512, 2048), (64, 32)):
-            x = rng.standard_normal((4, c, 7, 7)).astype(np.float32)
-            if layout == "channels_last":
-                x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-            wt = (rng.standard_normal((o, c, 1, 1)) * 0.05).astype(np.float32)
-            b = rng.standard_normal(o).astype(np.float32)
-            plan = nf.conv2d_plan(wt, b, input_hw=(7, 7))
-            assert plan.algo == "1x1"
-            with nf.compute_scope():
-                got = np.array(plan(x, "relu"))
-            assert_close(got, torch.relu(F.conv2d(t(np.ascontiguousarray(x)), t(wt), t(b))).numpy(), rtol=1e-5)
-    finally:
-        nf.set_num_threads(old)
+    for c, o in ((512, 2048), (64, 32)):
+        x = rng.standard_normal((4, c, 7, 7)).astype(np.float32)
+        if layout == "channels_last":
+            x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        wt = (rng.standard_normal((o, c, 1, 1)) * 0.05).astype(np.float32)
+        b = rng.standard_normal(o).astype(np.float32)
+        plan = nf.conv2d_plan(wt, b, input_hw=(7, 7))
+        assert plan.algo == "1x1"
+        got = np.array(in_fast_scope(nf, lambda p=plan, x=x: p(x, "relu"), 2))
+        assert_close(got, torch.relu(F.conv2d(t(np.ascontiguousarray(x)), t(wt), t(b))).numpy(), rtol=1e-5)
     assert calls == [2048], calls
 
 

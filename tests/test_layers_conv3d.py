@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_close
+from helpers import in_fast_scope
 from test_layers_misc import export_module, make_layer, t2n
 from torch import nn
 
@@ -259,12 +260,7 @@ def test_numpy_depthwise3d_plan_random_geometries_match_torch():
             continue
         ref = F.conv3d(xt, torch.from_numpy(w), None if b is None else torch.from_numpy(b), groups=c).numpy()
         for threads in (1, 2):
-            old = nf.set_num_threads(threads)
-            try:
-                with nf.compute_scope():
-                    got = plan(x)
-            finally:
-                nf.set_num_threads(old)
+            got = in_fast_scope(nf, lambda p=plan, x=x: p(x), threads)
             assert_close(got, ref, rtol=1e-5 if dt == np.float32 else 1e-12, what=f"{n, c, k, pads, size}")
         checked += 1
     assert checked >= 25
