@@ -1549,6 +1549,7 @@ def test_winograd_blocks_non_finite_and_huge_inputs_match_torch(monkeypatch):
 @pytest.mark.parametrize("case", [
     # (n, c, o, k, stride, hw, shared): small maps at batch > 1 on two threads
     (4, 64, 64, 3, 1, 24, False),   # weights 0.14 MiB, patches 1.3 MiB an image: per-thread blocks
+    (4, 32, 32, 3, 1, 28, False),   # two blocks of two images: one per thread
     (4, 256, 128, 9, 2, 8, True),   # weights 10 MiB, 8x one image's patches: shared GEMMs
     (9, 256, 96, 9, 2, 8, True),    # 7.6 MiB: chunks of 6 images (and 3)
 ])
