@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 import pytest
+import torch
 from kuiper_xp.backends import numpy_fast as nf
 
 
@@ -336,6 +337,26 @@ def test_fast_matmul_matches_numpy(threads3, a_shape, b_shape, transpose_b):
     with pytest.raises(ValueError):
         with nf.compute_scope():
             nf.matmul(a, b[..., :-1, :])
+
+
+@pytest.mark.parametrize("shape", [(300, 9, 32), (3, 300, 20), (6, 50, 64), (2, 3, 17, 40)])
+def test_fast_matmul_of_a_stack_by_its_own_transpose(threads3, monkeypatch, shape):
+    """``x @ x^T`` on stacks (feature interactions, Gram matrices): operands sharing memory are
+    copied where numpy's per-matrix syrk path is slow (many small or large matrices, see
+    ``matmul``) and left to it elsewhere; torch's result either way (4-D stacks too), the operand
+    itself untouched."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    before = x.copy()
+    shared = []
+    real = nf._gemm
+    monkeypatch.setattr(nf, "_gemm", lambda a, b, out: shared.append(np.shares_memory(a, b)) or real(a, b, out))
+    with nf.compute_scope():
+        got = nf.matmul(x, np.swapaxes(x, -1, -2))
+    want = torch.matmul(torch.from_numpy(before), torch.from_numpy(before).transpose(-1, -2)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(x, before)
+    m, k = shape[-2], shape[-1]
+    assert shared == [not (m >= 256 or m <= 16 or k <= 32)], shared
 
 
 @pytest.mark.parametrize("a_shape, b_shape", [((2, 3, 0, 5), (2, 3, 5, 4)), ((2, 3, 4, 0), (2, 3, 0, 6)),
