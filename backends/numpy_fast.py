@@ -1085,6 +1085,22 @@ def _fill_phase(dst: np.ndarray, x: np.ndarray, p: int, q: int, sh: int, sw: int
                                         sw * c_a + q - l: sw * (c_b - 1) + q - l + 1: sw]
 
 
+def _pad_into(dst: np.ndarray, src: np.ndarray, starts: tuple[int, ...]) -> None:
+    """``src`` written into ``dst`` at offsets ``starts`` along their last ``len(starts)`` axes,
+    zeros around it (a zero-padded copy into a workspace): the slabs before and after ``src``
+    along each axis in turn, inside those already covered, then the copy."""
+    lead = dst.ndim - len(starts)
+    inner: tuple = (slice(None),) * lead
+    for ax, s0 in enumerate(starts):
+        s1 = s0 + src.shape[lead + ax]
+        if s0 > 0:
+            dst[inner + (slice(0, s0),)] = 0
+        if s1 < dst.shape[lead + ax]:
+            dst[inner + (slice(s1, None),)] = 0
+        inner += (slice(s0, s1),)
+    dst[inner] = src
+
+
 def _pad_zeros(x: np.ndarray, pads) -> np.ndarray:
     (t, b), (l, r) = pads
     if not (t or b or l or r):
@@ -1093,12 +1109,7 @@ def _pad_zeros(x: np.ndarray, pads) -> np.ndarray:
     out = _out((n, c, h + t + b, w + l + r), x.dtype)
 
     def part(lo, hi):
-        o = out.reshape(n * c, h + t + b, w + l + r)[lo:hi]
-        o[:, :t] = 0
-        o[:, t + h:] = 0
-        o[:, t:t + h, :l] = 0
-        o[:, t:t + h, l + w:] = 0
-        o[:, t:t + h, l:l + w] = x.reshape(n * c, h, w)[lo:hi]
+        _pad_into(out.reshape(n * c, h + t + b, w + l + r)[lo:hi], x.reshape(n * c, h, w)[lo:hi], (t, l))
     _parallel(part, n * c, out.size)
     return out
 
@@ -1866,12 +1877,7 @@ class Conv2dPlan:
         dt = self.dtype
         hp, wp = h + t + b, w + l + r
         xp = _workspace((n, c, hp, wp), dt, slot=90)
-        if t or b or l or r:
-            xp[:, :, :t] = 0
-            xp[:, :, t + h:] = 0
-            xp[:, :, t:t + h, :l] = 0
-            xp[:, :, t:t + h, l + w:] = 0
-        xp[:, :, t:t + h, l:l + w] = x
+        _pad_into(xp, x, (t, l))
         ln = ho * wo
         cols = _workspace((c, kh, kw, n, ho, wo), dt, slot=91)
         # every patch element as one strided view of the padded input (the ndarray constructor
@@ -2731,11 +2737,7 @@ class Conv2dPlan:
         nb = b1 - b0
         if nph == 1:
             xp = _workspace((n, nb, hp, wp), self.dtype, slot=7)
-            xp[:, :, :t] = 0
-            xp[:, :, t + hh:] = 0
-            xp[:, :, t:t + hh, :l] = 0
-            xp[:, :, t:t + hh, l + ww:] = 0
-            xp[:, :, t:t + hh, l:l + ww] = x[:, b0:b1, :hh, :ww]
+            _pad_into(xp, x[:, b0:b1, :hh, :ww], (t, l))
             phases = xp.reshape(1, n, nb, hq * wq)
         else:
             # the phases of the zero-padded input, written straight from the input: phase
@@ -2936,12 +2938,7 @@ class _Winograd:
             xs = x[i0:i1]
 
             def load(lo, hi, xs=xs, xp=xp, tiles=tiles, d6=d6):
-                p = xp[:, lo:hi]
-                p[:, :, :t] = 0
-                p[:, :, t + hh:] = 0
-                p[:, :, t:t + hh, :l] = 0
-                p[:, :, t:t + hh, l + ww:] = 0
-                p[:, :, t:t + hh, l:l + ww] = xs[:, lo:hi, :hh, :ww]
+                _pad_into(xp[:, lo:hi], xs[:, lo:hi, :hh, :ww], (t, l))
                 np.copyto(d6[:, :, lo:hi], tiles[:, :, lo:hi])
             _parallel(load, c, d.size)
             _gemm(self.bk, d, v)
@@ -3008,13 +3005,7 @@ class _Winograd:
                 xb = _workspace((nb, c, hb, wp), dt, slot=110)
                 p0 = m * r0
                 in0, in1 = max(0, p0 - t), min(h, p0 + hb - t)
-                q0, q1 = in0 - p0 + t, max(in0, in1) - p0 + t
-                xb[:, :, :q0] = 0
-                xb[:, :, q1:] = 0
-                if q1 > q0:
-                    xb[:, :, q0:q1, :l] = 0
-                    xb[:, :, q0:q1, l + ww:] = 0
-                    xb[:, :, q0:q1, l:l + ww] = x[i0:i1, :, in0:in1, :ww]
+                _pad_into(xb, x[i0:i1, :, in0:max(in0, in1), :ww], (in0 - p0 + t, l))
                 d = _workspace((a * a, c * tiles), dt, slot=111)
                 s = xb.strides
                 np.copyto(_view(d, (a, a, c, nb, nr, tw)),
@@ -3234,14 +3225,7 @@ class Depthwise3dPlan:
                     b1 = min(c1, b0 + block)
                     nb = b1 - b0
                     xb = _workspace((nb, dp + 1, hq, wq), self.dtype, slot=120)
-                    xb[:, :f] = 0
-                    xb[:, f + dd:] = 0
-                    inner = xb[:, f:f + dd]
-                    inner[:, :, :t] = 0
-                    inner[:, :, t + hh:] = 0
-                    inner[:, :, t:t + hh, :l] = 0
-                    inner[:, :, t:t + hh, l + ww:] = 0
-                    inner[:, :, t:t + hh, l:l + ww] = x[i, b0:b1, :dd, :hh, :ww]
+                    _pad_into(xb, x[i, b0:b1, :dd, :hh, :ww], (f, t, l))
                     flat = _view(xb, (nb, (dp + 1) * plane))
                     acc = _workspace((nb, length), self.dtype, slot=121)
                     tmp = _workspace((nb, length), self.dtype, slot=122)
