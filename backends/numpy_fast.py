@@ -3506,10 +3506,15 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
     per_head = L * S * dt.itemsize
     hb = max(1, min(H, ATTENTION_BLOCK_BYTES // per_head))
     threads = _threads_now()
-    work = len(items) * H * L * S * 4  # elements touched, roughly (products, softmax steps)
+    # elements touched, roughly: the softmax steps (~4 passes over the scores) and the two
+    # products, whose 2 (D + Dv) flops per score cost about (D + Dv) / 8 such passes. (Without
+    # the products' share, ViT-B/32's 8 x 12 heads of 50 tokens stayed on one thread where the
+    # VM's hand-offs are slow: 3.1-3.6 ms against 1.9-2.1 split, 2 AMD EPYC (Zen 3) threads.)
+    work = len(items) * H * L * S * (4 + (q.shape[-1] + Dv) // 8)
     if work < PARALLEL_MIN_ELEMENTS * _gemm_split_scale:
         # one thread: on a VM whose idle vCPUs wake slowly the hand-off costs more than half the
-        # work saves (Gemma-size (4, 4, 64, 32) causal: 0.32 ms split, 0.20 on one thread)
+        # work saves (Gemma-size (4, 4, 64, 32) causal: 0.32 ms split, 0.20 on one thread; on
+        # the Zen 3 VM 0.92 against 0.52)
         work = 0
     row_parts = 1
     if len(items) * -(-H // hb) < threads and work >= PARALLEL_MIN_ELEMENTS:

@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from helpers import in_fast_scope
 from kuiper_xp.backends import numpy_fast as nf
 
 
@@ -412,6 +413,36 @@ def test_a_product_under_the_scaled_threshold_is_not_split(monkeypatch):
             assert len(seen) == pieces and float(out[5, 7]) == 50.0, (scale, seen)
     finally:
         nf.set_num_threads(old)
+
+
+@pytest.mark.parametrize("shape, causal, split", [
+    ((8, 12, 50, 64), False, True),   # ViT-B/32 at batch 8: 3.1-3.6 ms on one thread, 1.9-2.1 split
+    ((1, 6, 197, 64), False, True),   # DeiT-Small's 6 heads of 197 tokens
+    ((4, 4, 64, 32), True, False),    # Gemma-size causal: 0.52 ms on one thread, 0.92 split
+    ((1, 12, 50, 64), False, False),  # ViT-B/32 at batch 1
+])
+def test_attention_split_counts_the_products(monkeypatch, shape, causal, split):
+    """Whether attention splits over the threads where the hand-offs are slow (the calibrated
+    scale of a VM whose idle vCPUs take ~110 us to wake) counts the products' D-deep work, not
+    only the softmax's passes over the scores: ViT-B/32's heads at batch 8 ran on one thread."""
+    calls = []
+    real = nf._parallel
+
+    def spy(fn, n, work):
+        calls.append(min(nf._threads_now(), n) > 1 and work >= nf.PARALLEL_MIN_ELEMENTS)
+        return real(fn, n, work)
+
+    monkeypatch.setattr(nf, "_parallel", spy)
+    monkeypatch.setattr(nf, "_gemm_split_scale", 5.5)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    L, D = shape[-2], shape[-1]
+    mask = np.triu(np.full((L, L), -np.inf, np.float32), 1) if causal else None
+    y = in_fast_scope(nf, lambda: nf.attention(q, k, v, D ** -0.5, mask), threads=2)
+    assert calls and any(calls) == split, calls
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), is_causal=causal).numpy()
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("value,expected,warning", [
