@@ -532,13 +532,13 @@ def matmul(a: Any, b: Any) -> Any:
     return out
 
 
-def linear(x: Any, weight_t: Any, bias: Any = None) -> Any:
+def linear(x: Any, weight_t: Any, bias: Any = None, activation: Any = None) -> Any:
     """``x @ weight_t + bias`` over the last axis through :func:`matmul` (the bias added in place
-    on the fresh product)."""
+    on the fresh product), then ``activation`` (a spec of :func:`activation_inplace`, or None)."""
     y = matmul(x, weight_t)
     if bias is not None:
         if isinstance(y, cupy.ndarray) and isinstance(bias, cupy.ndarray) and bias.dtype == y.dtype:
             y += bias
         else:
             y = y + bias
-    return y
+    return y if activation is None else activation_inplace(y, activation)

@@ -4434,7 +4434,19 @@ LINEAR_FEW_ROWS = 64
 PACK_ROWS = 64
 
 
-def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
+#: a Linear layer with a fused activation and at least this many rows computes its result in
+#: blocks of rows, each thread's GEMM, bias and activation on one block while it is in cache
+#: (:func:`_linear_blocks`), instead of a GEMM split over the threads and then a bias pass and
+#: an activation pass over the whole result
+LINEAR_BLOCKS_MIN_ROWS = 128
+#: ... blocks of about this many bytes of result, when the weight takes at most as many (a
+#: bigger weight would be packed again by each block's GEMM: one block per thread then)
+LINEAR_BLOCK_BYTES = 1 << 20
+
+
+def linear(x: np.ndarray, weight_t: np.ndarray, bias=None, activation: Any = None) -> np.ndarray:
+    """``x @ weight_t + bias`` over the last axis of ``x``, then ``activation`` (an elementwise
+    spec of :func:`activation_inplace`, or None) in place on the result."""
     x = np.asarray(x)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
@@ -4445,11 +4457,48 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias=None) -> np.ndarray:
         yt = _gemm(weight_t.T, x2.T, _workspace((n, rows), dt, slot=53))
         y = _out((rows, n), dt)
         y[...] = yt.T
+    elif activation is not None and rows >= LINEAR_BLOCKS_MIN_ROWS and _scope_depth and n > 0:
+        y = _linear_blocks(x2, weight_t, bias, activation, _out((rows, n), dt))
+        return y if x.ndim == 2 else y.reshape(lead + (n,))
     else:
         y = _gemm(x2, weight_t, _out((rows, n), dt))
     if bias is not None:
         y += bias
+    if activation is not None:
+        _activate_block(y, activation)
     return y if x.ndim == 2 else y.reshape(lead + (n,))
+
+
+def _linear_blocks(x: np.ndarray, wt: np.ndarray, bias, activation, y: np.ndarray) -> np.ndarray:
+    """``y = activation(x @ wt + bias)`` for a 2-D ``x``, in blocks of rows of about
+    LINEAR_BLOCK_BYTES of result (one block per thread when the weight is bigger than that),
+    the threads taking whole blocks: each block's bias and activation run while it is in cache.
+    2 AMD EPYC (Zen 3) threads, with GELU, against the GEMM split over the threads followed by
+    the bias and GELU passes: ConvNeXt-T's (3136, 96) x (96, 384) 5.2 -> 4.5 ms, (784, 192) x
+    (192, 768) 3.7 -> 3.4, (196, 384) x (384, 1536) 2.8 -> 2.5, batch 8's (25088, 96) x (96, 384)
+    52 -> 46; ViT-B/32's (400, 768) x (768, 3072) even (without an activation the split GEMM
+    stays: the weight's columns split, each thread reads half of it)."""
+    rows, n = y.shape
+    k = _threads_now()
+    if k > 1 and rows * n * x.shape[1] < GEMM_SPLIT_MIN_MACS * _gemm_split_scale:
+        k = 1  # (too little work for a hand-off, as _gemm decides)
+    per_thread = -(-rows // k)
+    row_bytes = n * y.dtype.itemsize
+    rb = per_thread if wt.size * wt.dtype.itemsize > LINEAR_BLOCK_BYTES else \
+        max(1, min(per_thread, LINEAR_BLOCK_BYTES // row_bytes))
+    nblk = -(-rows // rb)
+    if k > 1 and nblk % k:  # the same number of blocks for each thread
+        rb = -(-rows // (-(-nblk // k) * k))
+        nblk = -(-rows // rb)
+
+    def part(lo, hi):
+        with _silent():
+            for b in range(lo, hi):
+                r0, r1 = b * rb, min(rows, b * rb + rb)
+                _mm(x[r0:r1], wt, y[r0:r1])
+                _bias_activate(y[r0:r1], bias, activation)
+    _parallel(part, nblk, 1 << 62 if k > 1 else 0)
+    return y
 
 
 # --- expression ---------------------------------------------------------------------------------

@@ -260,6 +260,74 @@ def test_linear_gelu_is_fused_by_the_runtime(tmp_path):
     assert_close(g(x.numpy())[0], expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("rows, k, n, block_bytes", [
+    (301, 7, 13, 13 * 4 * 10),   # blocks of 10 rows, the weight under the block size
+    (129, 16, 40, 40 * 4 * 7),   # an uneven last block
+    (200, 33, 24, 64),           # the weight over the block size: one block per thread
+    (1000, 9, 5, 1 << 20),       # one block
+])
+@pytest.mark.parametrize("spec, bias", [("gelu", True), ("silu", False), (("clamp", 0.0, None), True),
+                                        (("leaky", 0.1), True)])
+def test_numpy_linear_blocks_are_torch(monkeypatch, threads, rows, k, n, block_bytes, spec, bias):
+    """numpy_fast.linear with a fused activation from LINEAR_BLOCKS_MIN_ROWS rows: blocks of rows,
+    each block's GEMM, bias and activation on one thread (the block path taken: one GEMM a
+    block), against torch's linear and activation."""
+    from helpers import in_fast_scope
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "LINEAR_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
+    blocks = []
+    real = nf._mm
+    monkeypatch.setattr(nf, "_mm", lambda a, b, out: blocks.append(out.shape[0]) or real(a, b, out))
+    rng = np.random.default_rng(rows + n)
+    x = rng.standard_normal((rows, k)).astype(np.float32) * 2
+    w, b = rng.standard_normal((n, k)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    y = in_fast_scope(nf, lambda: nf.linear(x, nf.pack_linear(w), b if bias else None, spec), threads=threads)
+    ref = F.linear(t(x), t(w), t(b) if bias else None)
+    if spec == "gelu":
+        ref = F.gelu(ref)
+    elif spec == "silu":
+        ref = F.silu(ref)
+    elif spec[0] == "clamp":
+        ref = F.relu(ref)
+    else:
+        ref = F.leaky_relu(ref, spec[1])
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-5)
+    assert sum(blocks) == rows, blocks
+    want = -(-rows // threads) if w.size * 4 > block_bytes else min(-(-rows // threads), block_bytes // (n * 4))
+    assert max(blocks) <= want, blocks
+
+
+def test_linear_gelu_on_many_rows_is_fused_in_blocks(tmp_path, monkeypatch):
+    """A Linear + GELU exported from torch on 2 x 150 tokens runs its GELU on the blocks of the
+    result (numpy_fast._linear_blocks), with torch's result."""
+    from helpers import export_torch
+    from kuiper_xp.backends import numpy_fast as nf
+
+    import kuiper_xp
+
+    seen = []
+    real = nf._linear_blocks
+    monkeypatch.setattr(nf, "_linear_blocks", lambda *a: seen.append(a[3]) or real(*a))
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.act, self.fc2 = nn.Linear(12, 20), nn.GELU(), nn.Linear(20, 4)
+
+        def forward(self, x):
+            return self.fc2(self.act(self.fc1(x)))
+
+    m = MLP().eval()
+    x = torch.from_numpy(rnd(2, 150, 12) * 3)
+    g = kuiper_xp.load(export_torch(m, (x,), tmp_path), backend="numpy")
+    with torch.no_grad():
+        expected = m(x).numpy()
+    assert_close(g(x.numpy())[0], expected, rtol=1e-5)
+    assert seen == ["gelu"], seen
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_numpy_fast_scale_shift_is_torch_batch_norm(monkeypatch, dtype):
     """numpy_fast.scale_shift (an unfused inference BatchNorm): planes split over 3 threads,

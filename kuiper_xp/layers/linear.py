@@ -95,6 +95,9 @@ class Linear(FusesActivation, Layer):
             raise ShapeError(f"{self.op_type} {self.op_name!r}: input shape {tuple(x.shape)} does not fit "
                              f"the weight ({wt.shape[1]}, {wt.shape[0]}): expected last dimension {wt.shape[0]}")
         if self._fast is not None:
+            act = self.fused_activation
+            if act is not None and not callable(act):  # an elementwise spec: on blocks of the result in cache
+                return self._fast(x, wt, bias, act)
             return self._activate(self._fast(x, wt, bias))
         return self._activate(fn.linear(x, wt, bias, xp=self.xp))
 
