@@ -959,6 +959,7 @@ class TransformerEncoderLayerFwd(Layer):
         from .activation import GELU, Clamp
 
         self._gelu, self._relu = GELU(ctx, "none"), Clamp(ctx, 0, None)
+        self._fast_linear = getattr(ctx.fast, "linear", None)  # (numpy, cupy: the activation fused)
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -976,8 +977,10 @@ class TransformerEncoderLayerFwd(Layer):
             ln = self._norms[key] = LayerNorm(self._ctx, None, 1, None, 2, self.where, (x.shape[-1],), eps)
         return ln.forward(x, w, b)
 
-    def _linear(self, x: Any, w: Any, b: Any) -> Any:
+    def _linear(self, x: Any, w: Any, b: Any, activation: Any = None) -> Any:
         xp = self.xp
+        if self._fast_linear is not None:
+            return self._fast_linear(x, xp.matrix_transpose(w), b, activation)
         lead = tuple(x.shape[:-1])
         y = self.matmul(xp.reshape(x, (-1, x.shape[-1])), xp.matrix_transpose(w))
         y += b
@@ -1028,8 +1031,11 @@ class TransformerEncoderLayerFwd(Layer):
         if not norm_first:
             x = self._norm(x, n1w, n1b, eps)
         y = self._norm(x, n2w, n2b, eps) if norm_first else x
-        y = self._linear(y, f1w, f1b)
-        y = self._gelu.forward(y) if use_gelu else self._relu.forward(y)
+        if self._fast_linear is not None:
+            y = self._linear(y, f1w, f1b, "gelu" if use_gelu else "relu")
+        else:
+            y = self._linear(y, f1w, f1b)
+            y = self._gelu.forward(y) if use_gelu else self._relu.forward(y)
         y = self._linear(y, f2w, f2b) + x
         return y if norm_first else self._norm(y, n2w, n2b, eps)
 
