@@ -195,6 +195,9 @@ def test_input_keys_name_repeated_operands_in_order():
     ("7767517\n1 1\npnnx.Input a 0 1 0 @w=(2)f33\n", 3, "unknown dtype 'f33'"),
     ("7767517\n1 1\npnnx.Input a 0 1 0 @w=2f32\n", 3, r"expected '\(d0,d1"),
     ("7767517\n1 1\npnnx.Input a 0 1 0 #0=(2,x)f32\n", 3, "bad dimension 'x'"),
+    ("7767517\n1 1\npnnx.Input a 0 1 0 #0=(2,\u0663)f32\n", 3, "bad dimension '\u0663'"),  # (a digit to str.isdigit)
+    ("7767517\n1 1\npnnx.Input a 0 1 0 #0=(+2)f32\n", 3, r"bad dimension '\+2'"),
+    ("7767517\n2 2\npnnx.Input a 0 1 0 #0=(2,x)f32\nnn.ReLU r 1 1 0 1 #0=(2,x)f32\n", 3, "bad dimension 'x'"),
     ("7767517\n1 1\npnnx.Input a 0 1 0 #9=(2)f32\n", 3, "not one of its inputs or outputs"),
     ("7767517\n2 2\npnnx.Input a 0 1 0\nnn.ReLU r 1 1 0 1 $input=1\n", 4, "not among its inputs"),
 ])

@@ -81,9 +81,16 @@ def _shorten(text: str, n: int = 60) -> str:
     return repr(text) if len(text) <= n else repr(text[:n]) + f"... ({len(text)} characters)"
 
 
-def _parse_shape(text: str, limits) -> tuple[tuple[int | None, ...], str]:
+def _parse_shape(text: str, limits, seen: dict | None = None) -> tuple[tuple[int | None, ...], str]:
     """``(d0,d1,...)dtype`` -> (dims, dtype). Format errors raise ValueError; a dimension or rank
-    over the limits raises ResourceLimitError (without location: the caller adds it)."""
+    over the limits raises ResourceLimitError (without location: the caller adds it). ``seen``
+    keeps the texts already parsed (with the same limits) and their results: a file repeats its
+    shapes, each operand's on the line that makes it and on every line that reads it."""
+    if seen is not None:
+        got = seen.get(text)
+        if got is None:
+            got = seen[text] = _parse_shape(text, limits)
+        return got
     m = _SHAPE_RE.match(text)
     if not m:
         raise ValueError(f"expected '(d0,d1,...)dtype', found {_shorten(text)}")
@@ -100,7 +107,7 @@ def _parse_shape(text: str, limits) -> tuple[tuple[int | None, ...], str]:
             p = p.strip()
             if p == "?" or p == "-1":
                 dims.append(None)
-            elif _INT_RE.match(p) and p[0] not in "+-":
+            elif p.isdigit() and p.isascii():  # ([0-9]+: str.isdigit alone takes any script's digits)
                 # more than 30 digits is over any limit; do not feed it to int()
                 d = int(p) if len(p) <= 30 else None
                 if d is None or d > limits.max_dim:
@@ -260,6 +267,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
     operands: dict[str, Operand] = {}
     operators: list[Operator] = []
     op_names: set[str] = set()
+    shapes: dict[str, tuple] = {}  # shape texts parsed (see _parse_shape)
     for lno, line in body:
         if len(line) > limits.max_line_chars:
             _raise_limit(ResourceLimitError(
@@ -324,7 +332,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
             if head == "@":
                 wname = key[1:]
                 try:
-                    shape, dtype = _parse_shape(value, limits)
+                    shape, dtype = _parse_shape(value, limits, shapes)
                 except ResourceLimitError as exc:
                     _raise_limit(ResourceLimitError(f"weight {name}.{wname}: {exc}"), f"{path}:{lno}")
                 except ValueError as exc:
@@ -356,7 +364,7 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
                     raise err(f"operator {_shorten(name)}: shape annotation for operand {_shorten(oname)}, "
                               "which is not one of its inputs or outputs", lno)
                 try:
-                    shape, dtype = _parse_shape(value, limits)
+                    shape, dtype = _parse_shape(value, limits, shapes)
                 except ResourceLimitError as exc:
                     _raise_limit(ResourceLimitError(f"operand {oname}: {exc}"), f"{path}:{lno}")
                 except ValueError as exc:
