@@ -10,7 +10,8 @@ Convolution (``conv2d_plan``) picks, once at build, one of:
   per-channel weights, each tap one contiguous slice of a flattened (polyphase for strides)
   padded input; no GEMM. Maps of at most ``DEPTHWISE_NHWC_MAX_PIXELS`` output pixels run
   channels-last instead (long contiguous inner loops over channels); big kernels (5x5, 7x7) at
-  stride 1 on larger maps run as banded GEMMs, one per kernel row. A fused activation is
+  stride 1 run as one einsum over a channels-last window view up to 32x32 outputs, as banded
+  GEMMs (one per kernel row) on larger maps. A fused activation is
   applied inside the cache-sized blocks.
 * ``winograd``: F(4x4, 3x3) or F(2x2, 3x3) (by output size) for 3x3 stride-1 ungrouped float32
   convolutions with enough channels, where it measured faster than the GEMM (see
@@ -175,12 +176,19 @@ DEPTHWISE_BLOCK_BYTES = 4 << 20
 #: 28x28x192 even, 56x56x144 35 / 14)
 DEPTHWISE_NHWC_MAX_PIXELS = 256
 #: stride-1 undilated depthwise convolutions with at least this many taps run as banded GEMMs
-#: on maps of more than DEPTHWISE_NHWC_MAX_PIXELS output pixels (``Conv2dPlan._run_depthwise_band``):
+#: on maps of more than DEPTHWISE_BAND_MIN_PIXELS output pixels (``Conv2dPlan._run_depthwise_band``):
 #: 2 threads of an AMD EPYC, batch 1, against the tap passes (torch 2.13 in brackets): 7x7 over
 #: 96x56x56 1.4 against 2.8-3.2 ms (0.5-0.65), 192x28x28 0.9 against 2.2 (0.5), 32x112x112 1.7
 #: against 3.1 (0.7); 5x5 over 96x56x56 1.2 against 1.5, 192x28x28 0.74 against 1.16; 3x3 kernels
 #: slower (32x112x112 0.9-1.0 against 0.7-0.75)
 DEPTHWISE_BAND_MIN_TAPS = 25
+#: ... and more than this many output pixels (smaller maps take the einsum of
+#: ``_run_depthwise_einsum``). 2 threads of an AMD EPYC without AVX-512 (Zen 3, the AVX2 kind
+#: of machine of issue 8), einsum against the banded GEMMs, medians of 5: 7x7 over 192x28x28
+#: 1.8 against 2.9 ms (batch 8: 12.8 against 19.3), over 384x28x28 2.0 / 2.8, 192x26x26 1.1 /
+#: 2.0, 192x20x20 0.8 / 1.1; 5x5 over 512x28x28 2.1 / 3.5; even at 32x32 (9x9 over 256
+#: channels 4.2 / 4.3) and 48x48; the bands ahead at 56x56 (96 channels 3.4 against 4.0)
+DEPTHWISE_BAND_MIN_PIXELS = 1024
 #: stride-1 undilated depthwise convolutions with at least this many taps run as one einsum per
 #: block of output rows over a channels-last window view (``Conv2dPlan._run_depthwise_einsum``;
 #: 3x3 kernels gained little and stay on the tap passes)
@@ -2504,9 +2512,10 @@ class Conv2dPlan:
     def _banded(self, ho: int, wo: int) -> bool:
         """Whether a call with an ``ho x wo`` output runs :meth:`_run_depthwise_band` (not on
         maps small enough for the channels-last taps, where one band is a few rows of a few
-        pixels: 7x7 kernel over 384x14x14 1.24 against 1.48 ms, over 768x7x7 0.92 against 0.51)."""
+        pixels: 7x7 kernel over 384x14x14 1.24 against 1.48 ms, over 768x7x7 0.92 against 0.51;
+        nor up to DEPTHWISE_BAND_MIN_PIXELS, where the einsum is faster)."""
         return (self.mult == 1 and self.kh * self.kw >= DEPTHWISE_BAND_MIN_TAPS
-                and ho * wo > DEPTHWISE_NHWC_MAX_PIXELS
+                and ho * wo > max(DEPTHWISE_NHWC_MAX_PIXELS, DEPTHWISE_BAND_MIN_PIXELS)
                 and self.stride == (1, 1) and self.dilation == (1, 1)
                 and self.dtype in (np.float32, np.float64))
 
@@ -2625,7 +2634,8 @@ class Conv2dPlan:
 
     def _run_depthwise_einsum(self, x, ho, wo, activation=None):
         """Stride-1 depthwise convolutions with large kernels on small maps (ConvNeXt's 7x7 at
-        14x14 and 7x7; larger maps take the banded GEMMs), channels-last: the padded input is
+        28x28, 14x14 and 7x7; maps of more than DEPTHWISE_BAND_MIN_PIXELS outputs take the
+        banded GEMMs), channels-last: the padded input is
         copied once to (N, Hp, Wp, C), and each block of output rows is one
         ``einsum('hwcij,ijc->hwc')`` over a strided (rows, Wo, C, kh, kw) window view of it, the
         kh*kw taps summed inside numpy's loop instead of 2*kh*kw passes over the output (2

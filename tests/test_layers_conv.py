@@ -668,6 +668,7 @@ def test_numpy_fast_depthwise_both_layouts(monkeypatch, request, case, layout):
     small map), and the optional numba kernel, against torch."""
     monkeypatch.setattr(nf, "DEPTHWISE_NHWC_MAX_PIXELS", 10**9 if layout == "nhwc" else 0)
     monkeypatch.setattr(nf, "DEPTHWISE_BAND_MIN_TAPS", 1 if layout == "band" else 10**9)
+    monkeypatch.setattr(nf, "DEPTHWISE_BAND_MIN_PIXELS", 0)
     monkeypatch.setattr(nf, "DEPTHWISE_DENSE_MAX_BYTES", 1 << 40 if layout == "dense" else 0)
     monkeypatch.setattr(nf, "DEPTHWISE_DENSE_RATIO", 10**9)
     monkeypatch.setattr(nf, "DEPTHWISE_DENSE_RATIO_BATCHED", 10**9)
@@ -753,6 +754,7 @@ def test_numpy_fast_depthwise_band(monkeypatch, case, cache):
     bias or not, fused activations, float64; on the threads of a compute scope too."""
     monkeypatch.setattr(nf, "DEPTHWISE_BAND_BLOCK_BYTES", 20 * 1024)
     monkeypatch.setattr(nf, "DEPTHWISE_BAND_CACHE_BYTES", 1 << 30 if cache else 0)
+    monkeypatch.setattr(nf, "DEPTHWISE_BAND_MIN_PIXELS", 0)  # (small maps keep the tests quick)
     x, wt, b, pads, expected, plan = _depthwise_case(case)
     ho, wo = expected.shape[2:]
     assert plan.algo == "depthwise" and plan._banded(ho, wo)
@@ -763,11 +765,12 @@ def test_numpy_fast_depthwise_band(monkeypatch, case, cache):
     _check_depthwise_variants(plan, x, wt, b, pads, expected)
 
 
-EINSUM_DW = [  # n, c, h, w, (kh, kw), pads: small maps (at most 256 output pixels)
+EINSUM_DW = [  # n, c, h, w, (kh, kw), pads: small maps (at most DEPTHWISE_BAND_MIN_PIXELS outputs)
     (1, 24, 14, 14, (7, 7), ((3, 3), (3, 3))),  # ConvNeXt's stage 3
     (3, 10, 15, 15, (7, 7), ((3, 3), (3, 3))),  # a batch (7x7 maps take the dense matrices)
     (2, 9, 11, 13, (5, 7), ((1, 3), (4, 2))),  # uneven kernel and padding
     (1, 7, 16, 16, (5, 5), ((0, 0), (0, 0))),  # no padding
+    (2, 16, 28, 28, (7, 7), ((3, 3), (3, 3))),  # ConvNeXt's stage 2: the einsum up to 32x32 outputs
 ]
 
 
@@ -794,9 +797,10 @@ def test_numpy_fast_depthwise_band_only_where_it_pays():
         groups = kw.pop("groups", 8)
         plan = nf.conv2d_plan(rnd(kw.pop("o", 8), 1, k, k), None, groups=groups, pads=((k // 2,) * 2,) * 2, **kw)
         return plan._banded(*plan.out_size(hw, hw))
-    assert banded(7, 56) and banded(5, 28)
+    assert banded(7, 56) and banded(5, 40)
     assert not banded(3, 56)  # (measured slower than the taps)
     assert not banded(7, 14)  # 196 output pixels: channels-last taps
+    assert not banded(7, 28) and not banded(9, 32)  # up to 1024 output pixels: the einsum
     assert not banded(7, 56, stride=(2, 2)) and not banded(7, 56, dilation=(2, 2))
     assert not banded(7, 56, o=16)  # two outputs per channel
 
