@@ -4536,8 +4536,9 @@ def _erf_f32(x: np.ndarray) -> np.ndarray:
         p += np.float32(c)
     p *= z
     np.tanh(p, out=p)
-    # float32's tanh stops at 1 - 2**-24 here: where erf rounds to +-1 (from 3.8325069, as
-    # torch's float32 erf gives it) it is set (floor(erf(x)) is 1 there, 1 - erf(x) is 0)
+    # float32's tanh stops at 1 - 2**-24 here: from 3.8325069, where torch's float32 erf gives
+    # +-1 on AVX-512 CPUs (on AVX2-only ones from ~3.9192, where the exact erf rounds to 1), it is
+    # set (floor(erf(x)) is 1 there, 1 - erf(x) is 0)
     big = np.abs(z) >= _ERF_ONE_F32
     if big.any():
         np.copyto(p, np.sign(z), where=big)

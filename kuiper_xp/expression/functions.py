@@ -114,8 +114,9 @@ def erf_generic(x: Any, xp: Any) -> Any:
         yl = xp.clip(y, 4.0, 30.0)  # erfc(27.3) underflows to 0 in float64
         erfc = xp.where(big4, _erfc_large(yl, xp), erfc)
     else:
-        # in float32 erf rounds to +-1 from 3.8325069 on (erfc < 2**-25; torch's float32 erf
-        # gives +-1 from there): exactly +-1 beyond it
+        # float32 erf is +-1 from 3.8325069 on, as torch's float32 erf gives it on AVX-512 CPUs
+        # (the exact erf rounds to 1 from ~3.9192, where torch gives it on AVX2-only ones): exactly
+        # +-1 beyond it
         erfc = xp.where(y >= 3.8325069, xp.zeros_like(erfc), erfc)
     big = (0.5 - erfc) + 0.5
     big = xp.where(x < 0, -big, big)
