@@ -445,6 +445,42 @@ def test_attention_split_counts_the_products(monkeypatch, shape, causal, split):
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("scale", [1.0, 5.5])
+@pytest.mark.parametrize("what, size, split_at_5_5", [
+    ("layer_norm", (196, 384), False),   # DeiT-S's tokens: 0.15-0.20 ms on one thread, 0.34-0.45 split
+    ("layer_norm", (128, 768), False),   # BERT-base at 128 tokens
+    ("layer_norm", (3136, 96), True),    # ConvNeXt-T's first stage: split
+    ("gelu", (150_000,), False),         # 0.67 against 0.78 ms split
+    ("gelu", (300_000,), True),
+])
+def test_short_call_passes_split_by_the_hand_off_scale(monkeypatch, scale, what, size, split_at_5_5):
+    """LayerNorm's blocks and the chunked activations split over the threads only from a size
+    that grows with the calibrated hand-off scale (over 2 and 4): where idle vCPUs wake slowly a
+    small LayerNorm took twice as long on two threads; where hand-offs are quick (scale 1) every
+    size above PARALLEL_MIN_ELEMENTS splits, as before. Results against torch either way."""
+    calls = []
+    real = nf._parallel
+
+    def spy(fn, n, work):
+        calls.append(min(nf._threads_now(), n) > 1 and work >= nf.PARALLEL_MIN_ELEMENTS)
+        return real(fn, n, work)
+
+    monkeypatch.setattr(nf, "_parallel", spy)
+    monkeypatch.setattr(nf, "_gemm_split_scale", scale)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(size).astype(np.float32)
+    if what == "layer_norm":
+        d = size[-1]
+        w, b = rng.standard_normal(d).astype(np.float32), rng.standard_normal(d).astype(np.float32)
+        y = in_fast_scope(nf, lambda: nf.layer_norm(x, d, w, b, 1e-5), threads=2)
+        ref = torch.nn.functional.layer_norm(torch.from_numpy(x), (d,), torch.from_numpy(w), torch.from_numpy(b))
+    else:
+        y = in_fast_scope(nf, lambda: nf.activation_inplace(x.copy(), "gelu"), threads=2)
+        ref = torch.nn.functional.gelu(torch.from_numpy(x))
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-5)
+    assert calls and calls[-1] == (True if scale == 1.0 else split_at_5_5), calls
+
+
 @pytest.mark.parametrize("value,expected,warning", [
     ("1", 1, None), ("", None, None), ("abc", None, "not a positive integer"), ("-1", None, "not a positive integer"),
     ("0", None, "not a positive integer"), ("100000", "cpus", "more than the"),
