@@ -732,3 +732,23 @@ def test_bool_tensor_to_a_bool_power_is_bool(backend):
     for e in ("True", "False"):
         want = torch.pow(torch.from_numpy(b), e == "True").numpy()
         assert_close(_run(backend, f"pow(@0,{e})", [b]), want, what=f"pow(@0,{e})")
+
+
+def test_programs_share_one_array_ops_per_namespace():
+    """Every compiled expression of a namespace, device and fast module uses one ArrayOps (its
+    bound float functions took ~130 us to make per expression at load); another fast module gets
+    its own, and the shared one computes as a fresh one does."""
+    from kuiper_xp.backends import get_backend
+
+    from kuiper_xp.expression.functions import ArrayOps
+
+    b = get_backend("numpy")
+    p1 = Program("add(@0,exp(@1))", b.xp, b.device, b.fast, n_inputs=2)
+    p2 = Program("mul(log(@0),@1)", b.xp, b.device, b.fast, n_inputs=2)
+    p3 = Program("mul(log(@0),@1)", b.xp, b.device, None, n_inputs=2)
+    assert p1.ops is p2.ops and p3.ops is not p1.ops and p3.ops.fast is None
+    x, y = np.float32([0.5, 2.0]), np.float32([1.0, -3.0])
+    want = (torch.log(torch.from_numpy(x)) * torch.from_numpy(y)).numpy()
+    np.testing.assert_allclose(np.asarray(p2.run([x, y])), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(p3.run([x, y])), want, rtol=1e-6)
+    assert ArrayOps.shared(b.xp, b.device, b.fast) is p1.ops

@@ -103,7 +103,7 @@ class Program:
         self.text = text
         self.tree = tree if tree is not None else parse(text)
         self.rpn = to_rpn(self.tree)
-        self.ops = ArrayOps(xp, device, fast)
+        self.ops = ArrayOps.shared(xp, device, fast)
         used, height = _scan(self.rpn)
         if n_inputs is not None:
             if used > n_inputs:

@@ -288,7 +288,7 @@ class _Op(Layer):
     def __init__(self, ctx: BuildContext, order: list[int | None], consts: dict[int, Any], where: str):
         super().__init__(ctx)
         self.order, self.consts, self.where = order, consts, where
-        self.ops = ArrayOps(ctx.xp, ctx.device)
+        self.ops = ArrayOps.shared(ctx.xp, ctx.device)
 
     @classmethod
     def from_operator(cls, op, ctx):
