@@ -415,6 +415,19 @@ def test_a_product_under_the_scaled_threshold_is_not_split(monkeypatch):
         nf.set_num_threads(old)
 
 
+def _split_decisions(monkeypatch) -> list[bool]:
+    """Record, for each numpy_fast._parallel call, whether it runs on more than one thread."""
+    calls = []
+    real = nf._parallel
+
+    def spy(fn, n, work):
+        calls.append(min(nf._threads_now(), n) > 1 and work >= nf.PARALLEL_MIN_ELEMENTS)
+        return real(fn, n, work)
+
+    monkeypatch.setattr(nf, "_parallel", spy)
+    return calls
+
+
 @pytest.mark.parametrize("shape, causal, split", [
     ((8, 12, 50, 64), False, True),   # ViT-B/32 at batch 8: 3.1-3.6 ms on one thread, 1.9-2.1 split
     ((1, 6, 197, 64), False, True),   # DeiT-Small's 6 heads of 197 tokens
@@ -425,14 +438,7 @@ def test_attention_split_counts_the_products(monkeypatch, shape, causal, split):
     """Whether attention splits over the threads where the hand-offs are slow (the calibrated
     scale of a VM whose idle vCPUs take ~110 us to wake) counts the products' D-deep work, not
     only the softmax's passes over the scores: ViT-B/32's heads at batch 8 ran on one thread."""
-    calls = []
-    real = nf._parallel
-
-    def spy(fn, n, work):
-        calls.append(min(nf._threads_now(), n) > 1 and work >= nf.PARALLEL_MIN_ELEMENTS)
-        return real(fn, n, work)
-
-    monkeypatch.setattr(nf, "_parallel", spy)
+    calls = _split_decisions(monkeypatch)
     monkeypatch.setattr(nf, "_gemm_split_scale", 5.5)
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
@@ -458,14 +464,7 @@ def test_short_call_passes_split_by_the_hand_off_scale(monkeypatch, scale, what,
     that grows with the calibrated hand-off scale (over 2 and 4): where idle vCPUs wake slowly a
     small LayerNorm took twice as long on two threads; where hand-offs are quick (scale 1) every
     size above PARALLEL_MIN_ELEMENTS splits, as before. Results against torch either way."""
-    calls = []
-    real = nf._parallel
-
-    def spy(fn, n, work):
-        calls.append(min(nf._threads_now(), n) > 1 and work >= nf.PARALLEL_MIN_ELEMENTS)
-        return real(fn, n, work)
-
-    monkeypatch.setattr(nf, "_parallel", spy)
+    calls = _split_decisions(monkeypatch)
     monkeypatch.setattr(nf, "_gemm_split_scale", scale)
     rng = np.random.default_rng(0)
     x = rng.standard_normal(size).astype(np.float32)
