@@ -4474,7 +4474,7 @@ def linear(x: np.ndarray, weight_t: np.ndarray, bias=None, activation: Any = Non
     spec of :func:`activation_inplace`, or None) in place on the result."""
     x = np.asarray(x)
     lead = x.shape[:-1]
-    x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    x2 = x.reshape(math.prod(lead), x.shape[-1]) if x.ndim != 2 else x  # (not -1: ambiguous for 0 elements)
     rows, n = x2.shape[0], weight_t.shape[1]
     dt = x2.dtype if x2.dtype == weight_t.dtype else np.result_type(x2, weight_t)
     if 2 <= rows <= LINEAR_FEW_ROWS and _mkl is None and weight_t.flags.f_contiguous and not weight_t.flags.c_contiguous:

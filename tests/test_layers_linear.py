@@ -300,6 +300,20 @@ def test_numpy_linear_blocks_are_torch(monkeypatch, threads, rows, k, n, block_b
     assert max(blocks) <= want, blocks
 
 
+@pytest.mark.parametrize("shape", [(2, 0, 0), (0, 0), (0, 4), (3, 0, 4)])
+def test_numpy_linear_of_empty_inputs(shape):
+    """numpy_fast.linear on inputs with no elements (no rows, or no features): torch's shape and
+    values (a (2, 0, 0) input made numpy's reshape(-1, 0) ambiguous)."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    x = np.zeros(shape, np.float32)
+    w, b = rnd(3, shape[-1], seed=1), rnd(3, seed=2)
+    want = F.gelu(F.linear(t(x), t(w), t(b))).numpy()
+    got = nf.linear(x, nf.pack_linear(w), b, "gelu")
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 def test_linear_gelu_on_many_rows_is_fused_in_blocks(tmp_path, monkeypatch):
     """A Linear + GELU exported from torch on 2 x 150 tokens runs its GELU on the blocks of the
     result (numpy_fast._linear_blocks), with torch's result."""
