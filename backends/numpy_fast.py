@@ -810,6 +810,12 @@ GEMM_SPLIT_MIN_COLUMNS = 64
 GEMM_SPLIT_STEP = 16
 
 
+def _gemm_worth_splitting(macs: int) -> bool:
+    """Whether a product of ``macs`` multiply-adds pays for a hand-off to the team (the
+    threshold scaled by the calibrated hand-off, see :func:`_calibrate_handoff`)."""
+    return macs >= GEMM_SPLIT_MIN_MACS * _gemm_split_scale
+
+
 def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``np.matmul(a, b, out=out)``, split over our threads inside a compute scope (BLAS is on
     one thread there): over the stack axis of a batched product with enough matrices, else over
@@ -819,7 +825,7 @@ def _gemm(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
     k = _threads_now() if _gemm_split else 1
     m, nn = out.shape[-2], out.shape[-1]
     macs = out.size * a.shape[-1]
-    if k <= 1 or macs < GEMM_SPLIT_MIN_MACS * _gemm_split_scale:
+    if k <= 1 or not _gemm_worth_splitting(macs):
         # (outside a compute scope numpy's BLAS keeps its threads: MKL, sequential, would not)
         return _mm(a, b, out) if _scope_depth else np.matmul(a, b, out=out)
     min_rows = max(1, GEMM_SPLIT_MIN_COLUMNS // 4)
@@ -4505,8 +4511,8 @@ def _linear_blocks(x: np.ndarray, wt: np.ndarray, bias, activation, y: np.ndarra
     stays: the weight's columns split, each thread reads half of it)."""
     rows, n = y.shape
     k = _threads_now()
-    if k > 1 and rows * n * x.shape[1] < GEMM_SPLIT_MIN_MACS * _gemm_split_scale:
-        k = 1  # (too little work for a hand-off, as _gemm decides)
+    if k > 1 and not _gemm_worth_splitting(rows * n * x.shape[1]):
+        k = 1
     per_thread = -(-rows // k)
     row_bytes = n * y.dtype.itemsize
     rb = per_thread if wt.size * wt.dtype.itemsize > LINEAR_BLOCK_BYTES else \

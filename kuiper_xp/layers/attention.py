@@ -977,14 +977,19 @@ class TransformerEncoderLayerFwd(Layer):
             ln = self._norms[key] = LayerNorm(self._ctx, None, 1, None, 2, self.where, (x.shape[-1],), eps)
         return ln.forward(x, w, b)
 
-    def _linear(self, x: Any, w: Any, b: Any, activation: Any = None) -> Any:
+    def _linear(self, x: Any, w: Any, b: Any, activation: str | None = None) -> Any:
+        """``x @ w^T + b``, then ``activation`` ("gelu", "relu" or None): fused by the backend's
+        fast linear where it has one, else the activation layers on the result."""
         xp = self.xp
         if self._fast_linear is not None:
             return self._fast_linear(x, xp.matrix_transpose(w), b, activation)
         lead = tuple(x.shape[:-1])
         y = self.matmul(xp.reshape(x, (-1, x.shape[-1])), xp.matrix_transpose(w))
         y += b
-        return xp.reshape(y, lead + (w.shape[0],))
+        y = xp.reshape(y, lead + (w.shape[0],))
+        if activation is None:
+            return y
+        return self._gelu.forward(y) if activation == "gelu" else self._relu.forward(y)
 
     def forward(self, *inputs: Any) -> Any:
         from .misc import to_int
@@ -1031,11 +1036,7 @@ class TransformerEncoderLayerFwd(Layer):
         if not norm_first:
             x = self._norm(x, n1w, n1b, eps)
         y = self._norm(x, n2w, n2b, eps) if norm_first else x
-        if self._fast_linear is not None:
-            y = self._linear(y, f1w, f1b, "gelu" if use_gelu else "relu")
-        else:
-            y = self._linear(y, f1w, f1b)
-            y = self._gelu.forward(y) if use_gelu else self._relu.forward(y)
+        y = self._linear(y, f1w, f1b, "gelu" if use_gelu else "relu")
         y = self._linear(y, f2w, f2b) + x
         return y if norm_first else self._norm(y, n2w, n2b, eps)
 
