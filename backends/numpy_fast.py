@@ -184,11 +184,13 @@ DEPTHWISE_NHWC_MAX_PIXELS = 256
 DEPTHWISE_BAND_MIN_TAPS = 25
 #: ... and more than this many output pixels (smaller maps take the einsum of
 #: ``_run_depthwise_einsum``). 2 threads of an AMD EPYC without AVX-512 (Zen 3, the AVX2 kind
-#: of machine of issue 8), einsum against the banded GEMMs, medians of 5: 7x7 over 192x28x28
-#: 1.8 against 2.9 ms (batch 8: 12.8 against 19.3), over 384x28x28 2.0 / 2.8, 192x26x26 1.1 /
-#: 2.0, 192x20x20 0.8 / 1.1; 5x5 over 512x28x28 2.1 / 3.5; even at 32x32 (9x9 over 256
-#: channels 4.2 / 4.3) and 48x48; the bands ahead at 56x56 (96 channels 3.4 against 4.0)
-DEPTHWISE_BAND_MIN_PIXELS = 1024
+#: of machine of issue 8), einsum against the banded GEMMs (one GEMM per channel, kernel rows in
+#: the inner dimension), same process, alternated, medians of 9: 7x7 over 192x28x28 1.9 against
+#: 2.4 ms (batch 8: 14.1 / 15.5), 384x28x28 3.2 / 4.4, 192x24x24 1.4 / 2.1; 5x5 over 512x28x28
+#: 2.6 / 3.9; the bands ahead from 32x32 at batch 8 (9x9 over 256 channels 34.6 / 26.0, 7x7
+#: 25.3 / 19.4) and at 56x56 (96 channels 4.2 / 3.9, batch 8 31.6 / 27.4); fresh processes
+#: alternated, 9x9 over 256x32x32 at batch 1: einsum 4.0-4.5 ms, bands 3.0-4.2
+DEPTHWISE_BAND_MIN_PIXELS = 784
 #: stride-1 undilated depthwise convolutions with at least this many taps run as one einsum per
 #: block of output rows over a channels-last window view (``Conv2dPlan._run_depthwise_einsum``;
 #: 3x3 kernels gained little and stay on the tap passes)
@@ -200,8 +202,8 @@ EINSUM_ROWS_ELEMENTS = 1 << 16
 #: narrower ones make smaller GEMMs)
 DEPTHWISE_BAND_WIDTH = 16
 #: banded depthwise convolutions work on blocks of channels of one image with about this many
-#: bytes of workspace
-DEPTHWISE_BAND_BLOCK_BYTES = 1 << 20
+#: bytes of workspace (1, 2 and 4 MiB within the noise of a 2-vCPU VM; 4 the most often ahead)
+DEPTHWISE_BAND_BLOCK_BYTES = 4 << 20
 #: a banded depthwise convolution keeps its band matrices (``kh*(bw + kw - 1)*bw`` values per
 #: channel) when they take at most this many bytes, else copies them per block of channels
 DEPTHWISE_BAND_CACHE_BYTES = 4 << 20
@@ -2542,12 +2544,15 @@ class Conv2dPlan:
         """A stride-1 depthwise convolution as GEMMs: the output row is cut into ``nb`` bands of
         ``bw`` columns; band ``b`` of output row ``r`` is ``sum_i X[r + i, b] @ T_i``, where
         ``X[p, b]`` holds the ``L = bw + kw - 1`` padded input columns the band reads from padded
-        row ``p`` (one strided copy of the padded input lays them out as rows of a matrix) and
-        ``T_i`` is the channel's ``(L, bw)`` banded (Toeplitz) matrix of kernel row ``i``. Per
-        channel and kernel row that is one GEMM ``(Ho*nb, L) @ (L, bw)`` over the whole map,
-        accumulated: about ``L/kw`` (~3) times the multiply-adds of the taps, at BLAS speed
-        instead of ``2*kh*kw`` elementwise passes. Blocks of (image, channels) are split over
-        the threads; the bias and fused activation are applied per block."""
+        row ``p`` and ``T_i`` is the channel's ``(L, bw)`` banded (Toeplitz) matrix of kernel row
+        ``i``. The sum over ``i`` is folded into the GEMM's inner dimension: one strided copy lays
+        out ``[X[r, b], X[r + 1, b], ..., X[r + kh - 1, b]]`` as the rows of a ``(Ho*nb, kh*L)``
+        matrix, multiplied by the ``(kh*L, bw)`` stack of the ``T_i``: one GEMM per channel
+        instead of kh GEMMs and kh - 1 accumulating passes (2 threads of a Zen 3, batch 1: 9x9
+        over 256x32x32 3.9 -> 2.8 ms, 7x7 over 96x56x56 3.7 -> 2.8). About ``L/kw`` (~3) times
+        the multiply-adds of the taps, at BLAS speed instead of ``2*kh*kw`` elementwise passes.
+        Blocks of (image, channels) are split over the threads; the bias and fused activation
+        are applied per block."""
         n, _, h, w = x.shape
         kh, kw, o = self.kh, self.kw, self.o
         (t, _), (l, _) = self.pads
@@ -2561,7 +2566,8 @@ class Conv2dPlan:
         exact = nb * bw == wo
         src, bands = self._band_source(bw)
         bias = None if self.bias is None else self.bias.reshape(o, 1, 1)
-        per_channel = (hp * wq + hp * nb * L + kh * L * bw + (1 if exact else 2) * ho * nb * bw) * item
+        per_channel = (hp * wq + ho * nb * kh * L + (0 if bands is not None else kh * L * bw)
+                       + (0 if exact else ho * nb * bw)) * item
         cb = max(1, min(o, DEPTHWISE_BAND_BLOCK_BYTES // per_channel))
         nblocks = -(-o // cb)
         es0, es1, es2 = src.strides
@@ -2579,23 +2585,18 @@ class Conv2dPlan:
                 xp[:, t:t + hh, l + ww:] = 0
                 xp[:, t:t + hh, l:l + ww] = x[i, c0:c1, :hh, :ww]
                 s0, s1, s2 = xp.strides
-                xb = _workspace((m, hp, nb, L), dt, slot=24)
-                np.copyto(xb, as_strided(xp, (m, hp, nb, L), (s0, s1, bw * s2, s2), writeable=False))
+                # xb[c, r, b, i, v] = padded input row r + i, column b*bw + v
+                xb = _workspace((m, ho, nb, kh, L), dt, slot=24)
+                np.copyto(xb, as_strided(xp, (m, ho, nb, kh, L), (s0, s1, bw * s2, s1, s2), writeable=False))
                 if bands is not None:
                     tb = bands[c0:c1]
                 else:  # T_i[v, u] = w[i, v - u] (zero outside the kernel): src[c, i, bw - 1 + v - u]
                     tb = _workspace((m, kh, L, bw), dt, slot=25)
                     np.copyto(tb, as_strided(src[c0:c1, :, bw - 1:], (m, kh, L, bw), (es0, es1, es2, -es2),
                                              writeable=False))
-                xr = xb.reshape(m, hp * nb, L)
                 acc = (y[i, c0:c1].reshape(m, ho * nb, bw) if exact
                        else _workspace((m, ho * nb, bw), dt, slot=27))
-                np.matmul(xr[:, :ho * nb], tb[:, 0], out=acc)
-                if kh > 1:
-                    tmp = _workspace((m, ho * nb, bw), dt, slot=26)
-                    for r in range(1, kh):  # (one GEMM for all rows, then strided adds: 1.6x slower)
-                        np.matmul(xr[:, r * nb: (r + ho) * nb], tb[:, r], out=tmp)
-                        acc += tmp
+                np.matmul(xb.reshape(m, ho * nb, kh * L), tb.reshape(m, kh * L, bw), out=acc)
                 if bias is not None:
                     acc += bias[c0:c1]
                 if activation is not None:

@@ -39,7 +39,9 @@ Face's Conv1D/addmm GPT-2 with ``torch.pow(x, 3.0)`` in its GELU; ``--input-shap
 (a survey of models never benchmarked before; docs/benchmarks/cpu-2core-avx512.md):
 ``mobilenet_v3_small`` and ``efficientnet_b0`` (``--input-shape 3,224,224``), ``espcn``
 (``--input-shape 1,128,128``), ``unet_small`` (``--input-shape 3,128,128``) and ``tcn``
-(``--input-shape 16,1000``)."""
+(``--input-shape 16,1000``). Session 27 (another survey of architectures never run
+before): ``mobilevit``, ``squeezenet``, ``ghostnet``, ``pspnet``, ``repvgg``, ``levit``, ``t5_enc``,
+``hrnet_lite``, ``ssdlite``, ``res2net`` and ``gru_speech`` (input shapes in their docstrings)."""
 import math
 
 import torch
@@ -1325,3 +1327,457 @@ def tcn():
     """A temporal convolutional network (dilated causal Conv1d, 64 channels, dilations 1-32):
     ``--input-shape 16,1000``."""
     return TCN()
+
+
+# ---- Session 27: a survey of architectures never run before (docs/benchmarks/cpu-2core-epyc-avx2.md)
+def _cbs(cin, cout, k=3, s=1, g=1, act=nn.SiLU):
+    return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(cout), act())
+
+
+# ---- MobileViT-XS-ish: MV2 blocks + MobileViT blocks (unfold to patches by reshape/transpose)
+class MV2(nn.Module):
+    def __init__(self, cin, cout, s, e=4):
+        super().__init__()
+        h = cin * e
+        self.use_res = s == 1 and cin == cout
+        self.conv = nn.Sequential(_cbs(cin, h, 1), _cbs(h, h, 3, s, g=h),
+                                  nn.Conv2d(h, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.conv(x)
+        return x + y if self.use_res else y
+
+
+class MViTBlock(nn.Module):
+    def __init__(self, c, d, depth, ph=2, pw=2):
+        super().__init__()
+        self.ph, self.pw = ph, pw
+        self.local = nn.Sequential(_cbs(c, c, 3), nn.Conv2d(c, d, 1, bias=False))
+        layer = nn.TransformerEncoderLayer(d, 4, d * 2, dropout=0.0, activation="gelu", batch_first=True,
+                                           norm_first=True)
+        self.tf = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+        self.proj = _cbs(d, c, 1)
+        self.fuse = _cbs(2 * c, c, 3)
+
+    def forward(self, x):
+        y = self.local(x)
+        n, d, h, w = y.shape
+        ph, pw = self.ph, self.pw
+        nh, nw = h // ph, w // pw
+        # (n, d, nh, ph, nw, pw) -> (n * ph * pw, nh * nw, d)
+        t = y.reshape(n, d, nh, ph, nw, pw).permute(0, 3, 5, 2, 4, 1).reshape(n * ph * pw, nh * nw, d)
+        t = self.norm(self.tf(t))
+        y = t.reshape(n, ph, pw, nh, nw, d).permute(0, 5, 3, 1, 4, 2).reshape(n, d, h, w)
+        y = self.proj(y)
+        return self.fuse(torch.cat([x, y], 1))
+
+
+class MobileViT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = _cbs(3, 16, 3, 2)
+        self.l1 = nn.Sequential(MV2(16, 32, 1), MV2(32, 48, 2), MV2(48, 48, 1))
+        self.l2 = nn.Sequential(MV2(48, 64, 2), MViTBlock(64, 96, 2))
+        self.l3 = nn.Sequential(MV2(64, 80, 2), MViTBlock(80, 120, 4))
+        self.l4 = nn.Sequential(MV2(80, 96, 2), MViTBlock(96, 144, 3))
+        self.head = nn.Sequential(_cbs(96, 384, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(384, 1000))
+
+    def forward(self, x):
+        return self.head(self.l4(self.l3(self.l2(self.l1(self.stem(x))))))
+
+
+def mobilevit():
+    """MobileViT-XS-like: MobileNetV2 blocks and MobileViT blocks (patches unfolded by reshape/permute,
+    pre-norm nn.TransformerEncoder with GELU): ``--input-shape 3,256,256``."""
+    return MobileViT()
+
+
+# ---- SqueezeNet 1.1: fire modules, ceil-mode max pools, dropout, conv classifier
+class Fire(nn.Module):
+    def __init__(self, cin, s, e):
+        super().__init__()
+        self.sq = nn.Conv2d(cin, s, 1)
+        self.e1 = nn.Conv2d(s, e, 1)
+        self.e3 = nn.Conv2d(s, e, 3, padding=1)
+
+    def forward(self, x):
+        x = F.relu(self.sq(x))
+        return torch.cat([F.relu(self.e1(x)), F.relu(self.e3(x))], 1)
+
+
+def squeezenet():
+    """SqueezeNet 1.1 (fire modules, ceil-mode max pools, a convolutional classifier):
+    ``--input-shape 3,224,224``."""
+    return nn.Sequential(
+        nn.Conv2d(3, 64, 3, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, ceil_mode=True),
+        Fire(64, 16, 64), Fire(128, 16, 64), nn.MaxPool2d(3, 2, ceil_mode=True),
+        Fire(128, 32, 128), Fire(256, 32, 128), nn.MaxPool2d(3, 2, ceil_mode=True),
+        Fire(256, 48, 192), Fire(384, 48, 192), Fire(384, 64, 256), Fire(512, 64, 256),
+        nn.Dropout(0.5), nn.Conv2d(512, 1000, 1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten())
+
+
+# ---- GhostNet-ish: ghost modules (cheap depthwise ops, slice of a concat), SE with hardsigmoid
+class Ghost(nn.Module):
+    def __init__(self, cin, cout, relu=True):
+        super().__init__()
+        self.cout = cout
+        init = math.ceil(cout / 2)
+        act = nn.ReLU() if relu else nn.Identity()
+        self.primary = nn.Sequential(nn.Conv2d(cin, init, 1, bias=False), nn.BatchNorm2d(init), act)
+        self.cheap = nn.Sequential(nn.Conv2d(init, init, 3, 1, 1, groups=init, bias=False), nn.BatchNorm2d(init), act)
+
+    def forward(self, x):
+        a = self.primary(x)
+        return torch.cat([a, self.cheap(a)], 1)[:, :self.cout]
+
+
+class SEh(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        r = max(8, c // 4)
+        self.f = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, r, 1), nn.ReLU(), nn.Conv2d(r, c, 1))
+
+    def forward(self, x):
+        return x * F.hardsigmoid(self.f(x))
+
+
+class GhostBottleneck(nn.Module):
+    def __init__(self, cin, mid, cout, k, s, se):
+        super().__init__()
+        self.g1 = Ghost(cin, mid)
+        self.dw = nn.Sequential(nn.Conv2d(mid, mid, k, s, k // 2, groups=mid, bias=False), nn.BatchNorm2d(mid)) \
+            if s > 1 else nn.Identity()
+        self.se = SEh(mid) if se else nn.Identity()
+        self.g2 = Ghost(mid, cout, relu=False)
+        if cin == cout and s == 1:
+            self.short = nn.Identity()
+        else:
+            self.short = nn.Sequential(nn.Conv2d(cin, cin, k, s, k // 2, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                                       nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        return self.g2(self.se(self.dw(self.g1(x)))) + self.short(x)
+
+
+def ghostnet():
+    """GhostNet-like (ghost modules: a depthwise cheap operation, concatenation sliced back; SE with
+    hardsigmoid): ``--input-shape 3,224,224``."""
+    cfg = [(3, 16, 16, 0, 1), (3, 48, 24, 0, 2), (3, 72, 24, 0, 1), (5, 72, 40, 1, 2), (5, 120, 40, 1, 1),
+           (3, 240, 80, 0, 2), (3, 200, 80, 0, 1), (3, 480, 112, 1, 1), (5, 672, 160, 1, 2), (5, 960, 160, 1, 1)]
+    layers = [_cbs(3, 16, 3, 2, act=nn.ReLU)]
+    cin = 16
+    for k, mid, cout, se, s in cfg:
+        layers.append(GhostBottleneck(cin, mid, cout, k, s, se))
+        cin = cout
+    layers += [_cbs(cin, 960, 1, act=nn.ReLU), nn.AdaptiveAvgPool2d(1), nn.Conv2d(960, 1280, 1), nn.ReLU(),
+               nn.Flatten(), nn.Linear(1280, 1000)]
+    return nn.Sequential(*layers)
+
+
+# ---- PSPNet-ish head on a small backbone: adaptive pools 1/2/3/6, bilinear align_corners=True
+class PSP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.backbone = nn.Sequential(_cbs(3, 32, 3, 2, act=nn.ReLU), _cbs(32, 64, 3, 2, act=nn.ReLU),
+                                      _cbs(64, 128, 3, 2, act=nn.ReLU), _cbs(128, 256, 3, 1, act=nn.ReLU))
+        self.stages = nn.ModuleList([nn.Sequential(nn.AdaptiveAvgPool2d(b), _cbs(256, 64, 1, act=nn.ReLU))
+                                     for b in (1, 2, 3, 6)])
+        self.fuse = _cbs(256 + 4 * 64, 128, 3, act=nn.ReLU)
+        self.cls = nn.Conv2d(128, 21, 1)
+
+    def forward(self, x):
+        f = self.backbone(x)
+        h, w = f.shape[2:]
+        feats = [f] + [F.interpolate(s(f), size=(h, w), mode="bilinear", align_corners=True) for s in self.stages]
+        y = self.cls(self.fuse(torch.cat(feats, 1)))
+        return F.interpolate(y, scale_factor=8, mode="bilinear", align_corners=False)
+
+
+def pspnet():
+    """A PSPNet-style pyramid pooling head (adaptive average pools 1/2/3/6, bilinear with
+    align_corners) on a small backbone: ``--input-shape 3,256,256``."""
+    return PSP()
+
+
+# ---- RepVGG-A0-ish in its training form: 3x3 + 1x1 + identity-BN branches summed
+class RepBlock(nn.Module):
+    def __init__(self, cin, cout, s):
+        super().__init__()
+        self.b3 = nn.Sequential(nn.Conv2d(cin, cout, 3, s, 1, bias=False), nn.BatchNorm2d(cout))
+        self.b1 = nn.Sequential(nn.Conv2d(cin, cout, 1, s, 0, bias=False), nn.BatchNorm2d(cout))
+        self.id = nn.BatchNorm2d(cin) if cin == cout and s == 1 else None
+
+    def forward(self, x):
+        y = self.b3(x) + self.b1(x)
+        if self.id is not None:
+            y = y + self.id(x)
+        return F.relu(y)
+
+
+def repvgg():
+    """RepVGG-A0-like in its training form (3x3, 1x1 and identity-BN branches summed):
+    ``--input-shape 3,224,224``."""
+    layers, cin = [], 3
+    for cout, n, s in [(48, 1, 2), (48, 2, 2), (96, 4, 2), (192, 14, 2), (1280, 1, 2)]:
+        for i in range(n):
+            layers.append(RepBlock(cin, cout, s if i == 0 else 1))
+            cin = cout
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000))
+
+
+# ---- LeViT-ish attention with a learned relative-position bias gathered by a buffer of indices
+class BiasAttention(nn.Module):
+    def __init__(self, d, heads, res):
+        super().__init__()
+        self.h, self.dk = heads, d // heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Sequential(nn.Hardswish(), nn.Linear(d, d))
+        pts = [(i, j) for i in range(res) for j in range(res)]
+        offs, idx = {}, []
+        for p in pts:
+            for q in pts:
+                o = (abs(p[0] - q[0]), abs(p[1] - q[1]))
+                offs.setdefault(o, len(offs))
+                idx.append(offs[o])
+        self.bias = nn.Parameter(torch.randn(heads, len(offs)) * 0.1)
+        self.register_buffer("idx", torch.tensor(idx).view(len(pts), len(pts)))
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.h, self.dk).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-2, -1)) * self.dk ** -0.5 + self.bias[:, self.idx]
+        y = (a.softmax(-1) @ v).transpose(1, 2).reshape(b, n, d)
+        return self.proj(y)
+
+
+class LeViTBlock(nn.Module):
+    def __init__(self, d, heads, res):
+        super().__init__()
+        self.attn = BiasAttention(d, heads, res)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.Hardswish(), nn.Linear(2 * d, d))
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.n1(x))
+        return x + self.mlp(self.n2(x))
+
+
+class LeViT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(_cbs(3, 32, 3, 2, act=nn.Hardswish), _cbs(32, 64, 3, 2, act=nn.Hardswish),
+                                  _cbs(64, 128, 3, 2, act=nn.Hardswish), _cbs(128, 192, 3, 2, act=nn.Hardswish))
+        self.blocks = nn.Sequential(*[LeViTBlock(192, 3, 14) for _ in range(4)])
+        self.head = nn.Linear(192, 1000)
+
+    def forward(self, x):
+        x = self.stem(x).flatten(2).transpose(1, 2)
+        x = self.blocks(x)
+        return self.head(x.mean(1))
+
+
+def levit():
+    """LeViT-like attention on 14x14 tokens with a learned relative-position bias gathered by a
+    buffer of indices, hardswish MLPs: ``--input-shape 3,224,224``."""
+    return LeViT()
+
+
+# ---- T5-ish encoder: relative position buckets computed in forward (log, clamp, where), RMS norm
+class T5Layer(nn.Module):
+    def __init__(self, d, heads, ff):
+        super().__init__()
+        self.h, self.dk = heads, d // heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.wi, self.wo = nn.Linear(d, ff, bias=False), nn.Linear(ff, d, bias=False)
+        self.g1, self.g2 = nn.Parameter(torch.ones(d)), nn.Parameter(torch.ones(d))
+
+    @staticmethod
+    def _rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+
+    def forward(self, x, bias):
+        b, n, d = x.shape
+        y = self._rms(x, self.g1)
+        q = self.q(y).view(b, n, self.h, self.dk).transpose(1, 2)
+        k = self.k(y).view(b, n, self.h, self.dk).transpose(1, 2)
+        v = self.v(y).view(b, n, self.h, self.dk).transpose(1, 2)
+        a = torch.matmul(q, k.transpose(2, 3)) + bias
+        y = torch.matmul(F.softmax(a.float(), dim=-1).type_as(a), v).transpose(1, 2).reshape(b, n, d)
+        x = x + self.o(y)
+        return x + self.wo(F.relu(self.wi(self._rms(x, self.g2))))
+
+
+class T5Enc(nn.Module):
+    def __init__(self, vocab=4000, d=256, heads=4, layers=4, buckets=32, max_dist=128):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.rel = nn.Embedding(buckets, heads)
+        self.buckets, self.max_dist = buckets, max_dist
+        self.layers = nn.ModuleList([T5Layer(d, heads, 4 * d) for _ in range(layers)])
+
+    def _bucket(self, rel):
+        nb = self.buckets // 2
+        ret = (rel > 0).to(torch.long) * nb
+        n = torch.abs(rel)
+        exact = nb // 2
+        small = n < exact
+        large = exact + (torch.log(n.float() / exact) / math.log(self.max_dist / exact) * (nb - exact)).to(torch.long)
+        large = torch.min(large, torch.full_like(large, nb - 1))
+        return ret + torch.where(small, n, large)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        n = ids.shape[1]
+        pos = torch.arange(n, dtype=torch.long)
+        rel = pos[None, :] - pos[:, None]
+        bias = self.rel(self._bucket(rel)).permute(2, 0, 1).unsqueeze(0)
+        for layer in self.layers:
+            x = layer(x, bias)
+        return x
+
+
+def t5_enc():
+    """A T5-style encoder: relative position buckets computed in forward (log, min, where), RMS
+    norm, an embedding of the buckets as the attention bias: ``--input-shape 128:int64:4000``."""
+    return T5Enc()
+
+
+# ---- HRNet-ish: parallel branches at 3 resolutions, fused with nearest upsampling and strided convs
+class HRFuse(nn.Module):
+    def __init__(self, cs):
+        super().__init__()
+        self.cs = cs
+        self.branches = nn.ModuleList([nn.Sequential(_cbs(c, c, 3, act=nn.ReLU), _cbs(c, c, 3, act=nn.ReLU)) for c in cs])
+        self.up = nn.ModuleDict()
+        self.down = nn.ModuleDict()
+        for i, ci in enumerate(cs):
+            for j, cj in enumerate(cs):
+                if j > i:
+                    self.up[f"{j}{i}"] = nn.Sequential(nn.Conv2d(cj, ci, 1, bias=False), nn.BatchNorm2d(ci))
+                elif j < i:
+                    steps = [_cbs(cj, cj, 3, 2, act=nn.ReLU) for _ in range(i - j - 1)]
+                    steps.append(nn.Sequential(nn.Conv2d(cj, ci, 3, 2, 1, bias=False), nn.BatchNorm2d(ci)))
+                    self.down[f"{j}{i}"] = nn.Sequential(*steps)
+
+    def forward(self, xs):
+        xs = [b(x) for b, x in zip(self.branches, xs)]
+        out = []
+        for i in range(len(xs)):
+            y = xs[i]
+            for j in range(len(xs)):
+                if j > i:
+                    y = y + F.interpolate(self.up[f"{j}{i}"](xs[j]), scale_factor=2 ** (j - i), mode="nearest")
+                elif j < i:
+                    y = y + self.down[f"{j}{i}"](xs[j])
+            out.append(F.relu(y))
+        return out
+
+
+class HRNetLite(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(_cbs(3, 64, 3, 2, act=nn.ReLU), _cbs(64, 64, 3, 2, act=nn.ReLU))
+        self.t1 = _cbs(64, 32, 3, act=nn.ReLU)
+        self.t2 = _cbs(64, 64, 3, 2, act=nn.ReLU)
+        self.t3 = _cbs(64, 128, 3, 2, act=nn.ReLU)
+        self.stages = nn.ModuleList([HRFuse((32, 64, 128)) for _ in range(3)])
+        self.head = nn.Conv2d(32 + 64 + 128, 17, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        t2 = self.t2(x)
+        xs = [self.t1(x), t2, self.t3(t2)]
+        for s in self.stages:
+            xs = s(xs)
+        h, w = xs[0].shape[2:]
+        y = torch.cat([xs[0]] + [F.interpolate(t, size=(h, w), mode="bilinear", align_corners=False) for t in xs[1:]], 1)
+        return self.head(y)
+
+
+def hrnet_lite():
+    """HRNet-like: three parallel resolutions fused by nearest up-sampling and strided
+    convolutions, a bilinear head: ``--input-shape 3,256,256``."""
+    return HRNetLite()
+
+
+# ---- SSD-lite-ish detector head: per-level permute/reshape/cat into (N, anchors, 4) and (N, anchors, C)
+class SSDLite(nn.Module):
+    def __init__(self, classes=21):
+        super().__init__()
+        self.classes = classes
+        self.b1 = nn.Sequential(_cbs(3, 32, 3, 2, act=nn.ReLU6), MV2(32, 32, 1), MV2(32, 64, 2), MV2(64, 64, 2))
+        self.b2 = nn.Sequential(MV2(64, 128, 2), MV2(128, 128, 1))
+        self.b3 = nn.Sequential(MV2(128, 256, 2))
+        self.b4 = nn.Sequential(_cbs(256, 128, 1, act=nn.ReLU6), _cbs(128, 256, 3, 2, act=nn.ReLU6))
+        cs, self.na = (64, 128, 256, 256), 6
+        self.loc = nn.ModuleList([nn.Conv2d(c, self.na * 4, 3, padding=1) for c in cs])
+        self.conf = nn.ModuleList([nn.Conv2d(c, self.na * classes, 3, padding=1) for c in cs])
+
+    def forward(self, x):
+        f1 = self.b1(x)
+        f2 = self.b2(f1)
+        f3 = self.b3(f2)
+        f4 = self.b4(f3)
+        locs, confs = [], []
+        for f, l, c in zip((f1, f2, f3, f4), self.loc, self.conf):
+            n = f.shape[0]
+            locs.append(l(f).permute(0, 2, 3, 1).reshape(n, -1, 4))
+            confs.append(c(f).permute(0, 2, 3, 1).reshape(n, -1, self.classes))
+        return torch.cat(locs, 1), torch.cat(confs, 1).softmax(-1)
+
+
+def ssdlite():
+    """An SSD-lite-style detector: MobileNetV2 blocks, per-level permute/reshape/cat heads, two
+    outputs (boxes, softmax scores): ``--input-shape 3,300,300``."""
+    return SSDLite()
+
+
+# ---- Res2Net-ish bottleneck: split into 4 scales, hierarchical 3x3 convs, concat
+class Res2Block(nn.Module):
+    def __init__(self, c, width=26, scales=4):
+        super().__init__()
+        self.w, self.s = width, scales
+        self.c1 = _cbs(c, width * scales, 1, act=nn.ReLU)
+        self.convs = nn.ModuleList([_cbs(width, width, 3, act=nn.ReLU) for _ in range(scales - 1)])
+        self.c3 = nn.Sequential(nn.Conv2d(width * scales, c, 1, bias=False), nn.BatchNorm2d(c))
+
+    def forward(self, x):
+        parts = torch.split(self.c1(x), self.w, 1)
+        out, y = [], None
+        for i, conv in enumerate(self.convs):
+            y = parts[i] if i == 0 else y + parts[i]
+            y = conv(y)
+            out.append(y)
+        out.append(parts[-1])
+        return F.relu(self.c3(torch.cat(out, 1)) + x)
+
+
+def res2net():
+    """Res2Net-like bottlenecks (split into four scales, hierarchical 3x3 convolutions,
+    concatenation): ``--input-shape 3,224,224``."""
+    return nn.Sequential(_cbs(3, 64, 7, 2, act=nn.ReLU), nn.MaxPool2d(3, 2, 1), nn.Conv2d(64, 256, 1),
+                         *[Res2Block(256) for _ in range(3)], nn.Conv2d(256, 512, 3, 2, 1),
+                         *[Res2Block(512, 52) for _ in range(3)],
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+
+# ---- a GRU speech model: conv front end, 2-layer bidirectional GRU, per-frame classifier
+class GRUSpeech(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.front = nn.Sequential(nn.Conv1d(80, 256, 5, 2, 2), nn.GELU(), nn.Conv1d(256, 256, 3, 1, 1), nn.GELU())
+        self.gru = nn.GRU(256, 192, num_layers=2, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(384, 32)
+
+    def forward(self, x):
+        y = self.front(x).transpose(1, 2)
+        y, _ = self.gru(y)
+        return self.out(y).log_softmax(-1)
+
+
+def gru_speech():
+    """A speech model: Conv1d front end with GELU, two-layer bidirectional GRU, log_softmax:
+    ``--input-shape 80,300``."""
+    return GRUSpeech()

@@ -800,7 +800,8 @@ def test_numpy_fast_depthwise_band_only_where_it_pays():
     assert banded(7, 56) and banded(5, 40)
     assert not banded(3, 56)  # (measured slower than the taps)
     assert not banded(7, 14)  # 196 output pixels: channels-last taps
-    assert not banded(7, 28) and not banded(9, 32)  # up to 1024 output pixels: the einsum
+    assert not banded(7, 28) and not banded(5, 24)  # up to 784 output pixels: the einsum
+    assert banded(9, 32)
     assert not banded(7, 56, stride=(2, 2)) and not banded(7, 56, dilation=(2, 2))
     assert not banded(7, 56, o=16)  # two outputs per channel
 
