@@ -3339,6 +3339,64 @@ def avg_pool2d(x: np.ndarray, kernel, stride, padding, ceil_mode, count_include_
     return _window_reduce(x, kernel, stride, padding, (1, 1), ceil_mode, np.add, 0, finish)
 
 
+#: adaptive average pools (other than the global one) run as one GEMM with their 0/1 window
+#: matrix when it takes at most this many bytes (``(H*W) * (Ho*Wo)`` values)
+ADAPTIVE_AVG_MATRIX_BYTES = 4 << 20
+_adaptive_windows: dict = {}
+
+
+def _adaptive_window_matrix(h: int, w: int, ho: int, wo: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, counts)``: M (H*W, Ho*Wo) is 1 where input pixel p lies in output q's adaptive window
+    (torch's ``[floor(i*n/o), ceil((i+1)*n/o))`` along each axis), counts (Ho*Wo,) the windows'
+    sizes; kept per size (a few at most)."""
+    key = (h, w, ho, wo, np.dtype(dtype).str)
+    got = _adaptive_windows.get(key)
+    if got is None:
+        def axis(n, o):
+            m = np.zeros((n, o), np.float64)
+            for i in range(o):
+                m[(i * n) // o: -((-(i + 1) * n) // o), i] = 1
+            return m
+        mh, mw = axis(h, ho), axis(w, wo)
+        mat = np.kron(mh, mw).astype(dtype)  # [(y, x), (i, j)] = mh[y, i] * mw[x, j]
+        counts = np.outer(mh.sum(axis=0), mw.sum(axis=0)).ravel().astype(dtype)
+        if len(_adaptive_windows) >= 8:
+            _adaptive_windows.clear()
+        got = _adaptive_windows[key] = (mat, counts)
+    return got
+
+
+def adaptive_avg_pool2d(x: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray | None:
+    """torch's ``adaptive_avg_pool2d`` for a float (N, C, H, W) array as one matrix product: the
+    (N*C, H*W) pixels times a column of ones for the global mean, else times the 0/1 matrix of
+    the windows (:func:`_adaptive_window_matrix`), the sums then divided by the windows' sizes
+    (as torch: sum, then divide). 2 threads of a Zen 3: 256x32x32 to 6x6 1.08 -> ~0.15 ms
+    (torch 0.22), 64x56x56 to 7x7 0.85 -> ~0.15, the global mean of 8x2048x7x7 0.60 -> ~0.15.
+    None (the generic path) for other dtypes, empty arrays, a window matrix over
+    ADAPTIVE_AVG_MATRIX_BYTES, and a result not all finite: the matrix's zeros times an inf or
+    NaN would spread NaN to windows without it, and the generic path gives torch's values."""
+    if not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype not in (np.float32, np.float64) or x.size == 0:
+        return None
+    n, c, h, w = x.shape
+    ho, wo = out_hw
+    if (ho, wo) == (h, w) or ho <= 0 or wo <= 0:
+        return None
+    glob = (ho, wo) == (1, 1)
+    if not glob and h * w * ho * wo * x.itemsize > ADAPTIVE_AVG_MATRIX_BYTES:
+        return None
+    a = x.reshape(n * c, h * w)  # (a copy when x is a channels-last view)
+    y = _out((n, c, ho, wo), x.dtype)
+    yv = y.reshape(n * c, ho * wo)
+    if glob:  # ones: inf and NaN reach the sum as in torch's
+        _gemm(a, np.ones((h * w, 1), x.dtype), yv)
+        yv /= h * w
+        return y
+    mat, counts = _adaptive_window_matrix(h, w, ho, wo, x.dtype)
+    _gemm(a, mat, yv)
+    yv /= counts
+    return y if _all_finite(yv) else None
+
+
 #: stride-1 unpadded average pools along rows (AvgPool1d: a (1, k) window) from this many taps on
 #: take running sums instead of one add per tap
 AVG_RUNNING_MIN_TAPS = 12

@@ -208,6 +208,57 @@ def test_numpy_fast_avg_pool_matches_generic(case, dtype):
         get_backend("numpy").fast.avg_pool2d(x[..., :1, :1], (4, 4), (1, 1), (0, 0), False, True, None)
 
 
+ADAPTIVE_FAST = [((2, 3, 11, 13), (1, 1)), ((2, 3, 11, 13), (3, 4)), ((1, 5, 32, 32), (6, 6)),
+                 ((3, 4, 12, 12), (4, 2)), ((2, 3, 1, 17), (1, 5)), ((1, 2, 7, 9), (7, 4)), ((2, 3, 5, 6), (9, 11))]
+
+
+@pytest.mark.usefixtures("fast_mode")
+@pytest.mark.parametrize("shape,size", ADAPTIVE_FAST, ids=[f"{s}->{o}" for s, o in ADAPTIVE_FAST])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_numpy_fast_adaptive_avg_pool_matches_torch(shape, size, dtype):
+    """The numpy fast adaptive average (one GEMM with the 0/1 window matrix, or a column of ones
+    for the global mean, then divided by the windows' sizes) against torch: non-divisible and
+    overlapping windows, outputs larger than the input, one row (the 1-d form), a channels-last
+    input, float64; other dtypes are left to the generic path."""
+    fast = get_backend("numpy").fast.adaptive_avg_pool2d
+    x = rnd(*shape).astype(dtype)
+    expected = F.adaptive_avg_pool2d(t(x), size).numpy()
+    got = fast(x, size)
+    assert got.dtype == dtype and got.shape == expected.shape
+    assert_close(got, expected, what="fast")
+    xl = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # channels-last view
+    assert_close(fast(xl, size), expected, what="fast, channels-last input")
+    assert fast(x.astype(np.int64), size) is None
+    assert fast(x, x.shape[2:]) is None  # (the layer returns its input)
+
+
+@pytest.mark.usefixtures("fast_mode")
+@pytest.mark.parametrize("size", [(1, 1), (3, 4)])
+def test_numpy_fast_adaptive_avg_pool_inf_nan_as_torch(backend, tmp_path, size):
+    """An inf, a -inf and a NaN reach only the windows that hold them (the window matrix's zeros
+    would make NaN of the others: such a result goes to the generic path), through the layer."""
+    x = rnd(2, 3, 11, 13)
+    x[0, 0, 1, 1], x[0, 1, 10, 12], x[1, 2, 5, 0], x[1, 2, 5, 1] = np.inf, -np.inf, np.nan, np.inf
+    x[1, 0, 0, 0], x[1, 0, 10, 12] = np.inf, -np.inf
+    expected = F.adaptive_avg_pool2d(t(x), size).numpy()
+    if size != (1, 1):
+        assert np.isfinite(expected).sum() > expected.size // 2  # (most windows hold none)
+    run_op(backend, tmp_path, "nn.AdaptiveAvgPool2d", {"output_size": size}, [x], expected)
+
+
+@pytest.mark.usefixtures("fast_mode")
+def test_numpy_fast_adaptive_avg_pool_large_window_matrix_uses_generic(monkeypatch, backend, tmp_path):
+    """Over ADAPTIVE_AVG_MATRIX_BYTES the fast path declines and the layer's generic path answers."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "ADAPTIVE_AVG_MATRIX_BYTES", 0)
+    x = rnd(2, 3, 11, 13)
+    assert nf.adaptive_avg_pool2d(x, (3, 4)) is None
+    assert nf.adaptive_avg_pool2d(x, (1, 1)) is not None  # (the global mean needs no matrix)
+    run_op(backend, tmp_path, "nn.AdaptiveAvgPool2d", {"output_size": (3, 4)}, [x],
+           F.adaptive_avg_pool2d(t(x), (3, 4)).numpy())
+
+
 # ---------------------------------------------------------------------------------------------
 # pnnx export of a module with every pooling form
 

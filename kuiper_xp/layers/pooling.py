@@ -224,6 +224,10 @@ class _AdaptiveBase(_PoolBase):
 class AdaptiveAvgPool(_AdaptiveBase):
     """torch ``adaptive_avg_pool1d/2d`` to any output size (non-divisible sizes included)."""
 
+    def __init__(self, ctx: BuildContext, nd, output_size, slots: dict[str, int]):
+        super().__init__(ctx, nd, output_size, slots)
+        self._fast = getattr(ctx.fast, "adaptive_avg_pool2d", None)
+
     @classmethod
     def from_operator(cls, op, ctx):
         nd, slots = _dims(op), adaptive_slots(op)
@@ -232,7 +236,10 @@ class AdaptiveAvgPool(_AdaptiveBase):
     def forward(self, *inputs: Any) -> Any:
         x, size = self._operands(inputs)
         x4, unbatched = self._as4d(x)
-        y = fn.adaptive_avg_pool2d(x4, self._out_hw(x4, size), xp=self.xp)
+        hw = self._out_hw(x4, size)
+        y = self._fast(x4, hw) if self._fast is not None else None  # (None: the generic path)
+        if y is None:
+            y = fn.adaptive_avg_pool2d(x4, hw, xp=self.xp)
         return self._from4d(y, unbatched)
 
 
