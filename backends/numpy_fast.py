@@ -5287,14 +5287,45 @@ SHORT_LAST_MAX = 8
 SHORT_LAST_MIN_ELEMENTS = 4096
 
 
+#: sums and means over the trailing axes of a C-contiguous float array run as one matrix-vector
+#: product with a column of ones from this many summed elements per output (and
+#: SUM_TRAILING_MIN_ELEMENTS in all)
+SUM_TRAILING_MIN_SPAN = 9
+SUM_TRAILING_MIN_ELEMENTS = 4096
+
+
+def _sum_trailing(x: np.ndarray, axes, keepdims: bool, mean: bool):
+    """The sum (mean) over trailing axes as ``x.reshape(M, K) @ ones(K)`` (divided by K), split
+    over the threads as any GEMM: squeeze-and-excite's spatial means, RMSNorm's ``pow(2).mean(-1)``
+    (2 threads of a Zen 3, against ``np.mean``: 8x144x56x56 over (2, 3) 1.18 -> 0.46 ms, torch
+    0.25; 8x672x14x14 0.41 -> 0.13; 400x768 over the last 0.11 -> 0.06). Ones carry inf and NaN
+    into the sum as torch's additions do. None where it does not apply."""
+    nd = x.ndim
+    a0 = nd - len(axes)
+    if sorted(axes) != list(range(a0, nd)) or a0 < 1:
+        return None
+    k = math.prod(x.shape[a0:])
+    if k < SUM_TRAILING_MIN_SPAN or x.size < SUM_TRAILING_MIN_ELEMENTS:
+        return None
+    m = x.size // k
+    y = _out(x.shape[:a0] + ((1,) * len(axes) if keepdims else ()), x.dtype)
+    _gemm(x.reshape(m, k), np.ones((k, 1), x.dtype), y.reshape(m, 1))
+    if mean:
+        y /= k
+    return y
+
+
 def sum_short_inner(x, axes, keepdims: bool, mean: bool = False):
     """``np.sum`` (or ``np.mean``) of a float numpy array over one axis followed by a few
     elements (a (4, 256, 16, 3) sum over the 16: numpy's reduction steps through 3-element
-    inner loops, 214 us; einsum's product-free form 45, torch 22), or over a short last axis.
-    None where it does not apply."""
+    inner loops, 214 us; einsum's product-free form 45, torch 22), over a short last axis, or
+    over trailing axes of many elements (:func:`_sum_trailing`). None where it does not apply."""
     if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or axes is None
-            or len(axes) != 1 or not x.flags.c_contiguous):
+            or len(axes) == 0 or not x.flags.c_contiguous):
         return None
+    y = _sum_trailing(x, axes, keepdims, mean)
+    if y is not None or len(axes) != 1:
+        return y
     a = axes[0]
     if a == x.ndim - 1 and 2 <= x.shape[a] <= SHORT_LAST_MAX and x.size >= SHORT_LAST_MIN_ELEMENTS:
         # a short last axis (xyz coordinates: (4, 512, 512, 3) 14.5 ms in numpy's reduction,

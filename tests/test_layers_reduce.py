@@ -337,6 +337,30 @@ def test_std_var_of_float32_extremes_as_torch(backend, op):
         assert np.isfinite(got).all() and (got > 0).all()
 
 
+@pytest.mark.parametrize("shape,dims", [((2, 24, 17, 19), (2, 3)), ((3, 50, 64), (-1,)), ((2, 3, 4, 5, 60), (2, 3, 4)),
+                                        ((64, 700), (1,)), ((3, 9, 300), (2, 1))])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_and_mean_over_trailing_axes(backend, shape, dims, keepdim):
+    """Sums and means over the trailing axes (numpy: one matrix-vector product with ones, split
+    over the threads): torch's values, a NaN, an inf and an inf against a -inf each reaching
+    only its own output."""
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    k = int(np.prod([shape[d] for d in dims]))
+    flat[[3, k + 5, 2 * k + 1, 2 * k + 7]] = [np.nan, np.inf, np.inf, -np.inf]
+    if backend.name == "numpy":
+        from kuiper_xp.backends import numpy_fast as nf
+
+        nd = len(shape)
+        assert nf._sum_trailing(x, tuple(d % nd for d in dims), keepdim, False) is not None
+    for name, fn in (("sum", lambda t: t.sum(dims, keepdim=keepdim)), ("mean", lambda t: t.mean(dims, keepdim=keepdim))):
+        layer = make_layer(backend, f"torch.{name}", f"dim=({','.join(map(str, dims))}) keepdim={keepdim}")
+        got = backend.to_numpy(run(backend, layer, x))
+        want = ref(fn, x)
+        assert np.isnan(got).sum() == np.isnan(want).sum() == 2
+        assert_close(got, want, rtol=1e-6, what=f"{name} {shape} {dims}")
+
+
 @pytest.mark.parametrize("shape,dim", [((4, 50, 16, 3), 2), ((2, 7, 5, 1, 2), 1), ((3, 40, 4), 1), ((6, 5, 3), 0),
                                        ((2, 64, 40, 3), 3), ((4096, 8), 1), ((3, 2000, 2), 2)])
 @pytest.mark.parametrize("keepdim", [False, True])
