@@ -41,7 +41,9 @@ Face's Conv1D/addmm GPT-2 with ``torch.pow(x, 3.0)`` in its GELU; ``--input-shap
 (``--input-shape 1,128,128``), ``unet_small`` (``--input-shape 3,128,128``) and ``tcn``
 (``--input-shape 16,1000``). Session 27 (another survey of architectures never run
 before): ``mobilevit``, ``squeezenet``, ``ghostnet``, ``pspnet``, ``repvgg``, ``levit``, ``t5_enc``,
-``hrnet_lite``, ``ssdlite``, ``res2net`` and ``gru_speech`` (input shapes in their docstrings)."""
+``hrnet_lite``, ``ssdlite``, ``res2net`` and ``gru_speech``; then ``perceiver``, ``detr_sine``, ``nerf``,
+``bifpn``, ``outlooker``, ``flow_warp``, ``gated_conv_lm``, ``pointnet_topk``, ``cosine_vit`` and
+``bicubic_sr`` (input shapes in their docstrings)."""
 import math
 
 import torch
@@ -1781,3 +1783,280 @@ def gru_speech():
     """A speech model: Conv1d front end with GELU, two-layer bidirectional GRU, log_softmax:
     ``--input-shape 80,300``."""
     return GRUSpeech()
+
+
+# ---- Session 27, second survey: operator-heavy forms (sine embeddings in forward, unfold/fold,
+# grid_sample, topk + gather, einsum, bicubic, roll, glu)
+class Perceiver(nn.Module):
+    """latents cross-attend to the input tokens (kdim/vdim differ), then self-attend"""
+    def __init__(self, cin=64, d=128, n_lat=32):
+        super().__init__()
+        self.lat = nn.Parameter(torch.randn(n_lat, d) * 0.2)
+        self.cross = nn.MultiheadAttention(d, 4, kdim=cin, vdim=cin, batch_first=True)
+        self.self_attn = nn.TransformerEncoderLayer(d, 4, 256, dropout=0.0, batch_first=True)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, 10)
+
+    def forward(self, x):
+        b = x.shape[0]
+        q = self.lat.unsqueeze(0).expand(b, -1, -1)
+        z, _ = self.cross(q, x, x, need_weights=False)
+        z = self.self_attn(z + q)
+        return self.head(self.norm(z).mean(1))
+
+
+def perceiver():
+    """``--input-shape 100,64`` (see the class's docstring)."""
+    return Perceiver()
+
+
+class DetrSine(nn.Module):
+    """DETR's sine position embedding from a cumsum over a mask, then a transformer encoder"""
+    def __init__(self, d=128):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 64, 3, 2, 1), nn.ReLU(), nn.Conv2d(64, d, 3, 2, 1), nn.ReLU())
+        self.d = d
+        self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 8, 256, dropout=0.0), 2,
+                                         enable_nested_tensor=False)
+        self.out = nn.Linear(d, 5)
+
+    def forward(self, x):
+        f = self.backbone(x)
+        b, c, h, w = f.shape
+        mask = torch.ones_like(f[:, 0])
+        y = mask.cumsum(1)
+        xx = mask.cumsum(2)
+        eps, scale = 1e-6, 2 * math.pi
+        y = y / (y[:, -1:, :] + eps) * scale
+        xx = xx / (xx[:, :, -1:] + eps) * scale
+        npf = self.d // 2
+        dim_t = torch.arange(npf, dtype=torch.float32)
+        dim_t = 10000 ** (2 * torch.div(dim_t, 2, rounding_mode="floor") / npf)
+        px = xx[:, :, :, None] / dim_t
+        py = y[:, :, :, None] / dim_t
+        px = torch.stack((px[:, :, :, 0::2].sin(), px[:, :, :, 1::2].cos()), dim=4).flatten(3)
+        py = torch.stack((py[:, :, :, 0::2].sin(), py[:, :, :, 1::2].cos()), dim=4).flatten(3)
+        pos = torch.cat((py, px), dim=3).permute(0, 3, 1, 2)
+        src = (f + pos).flatten(2).permute(2, 0, 1)
+        return self.out(self.enc(src))
+
+
+def detr_sine():
+    """``--input-shape 3,128,128`` (see the class's docstring)."""
+    return DetrSine()
+
+
+class NeRF(nn.Module):
+    """positional encoding sin/cos of 2^k x, an MLP with a skip concatenation, sigmoid / relu heads"""
+    def __init__(self, L=8, w=128):
+        super().__init__()
+        self.L = L
+        cin = 3 + 3 * 2 * L
+        self.l1 = nn.Sequential(nn.Linear(cin, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU())
+        self.l2 = nn.Sequential(nn.Linear(w + cin, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU())
+        self.sigma = nn.Linear(w, 1)
+        self.rgb = nn.Linear(w, 3)
+
+    def forward(self, p):
+        enc = [p] + [f(2.0 ** k * math.pi * p) for k in range(self.L) for f in (torch.sin, torch.cos)]
+        e = torch.cat(enc, -1)
+        h = self.l2(torch.cat([self.l1(e), e], -1))
+        return torch.cat([F.relu(self.sigma(h)), torch.sigmoid(self.rgb(h))], -1)
+
+
+def nerf():
+    """``--input-shape 1024,3`` (see the class's docstring)."""
+    return NeRF()
+
+
+class BiFPNNode(nn.Module):
+    def __init__(self, c, n):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(n) + torch.rand(n))
+        self.conv = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1, groups=c, bias=False), nn.Conv2d(c, c, 1), nn.BatchNorm2d(c))
+
+    def forward(self, *xs):
+        w = F.relu(self.w)
+        w = w / (w.sum() + 1e-4)
+        y = sum(w[i] * x for i, x in enumerate(xs))
+        return self.conv(F.silu(y))
+
+
+class BiFPN(nn.Module):
+    def __init__(self, c=64):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1), nn.SiLU())
+        self.d1 = nn.Sequential(nn.Conv2d(c, c, 3, 2, 1), nn.SiLU())
+        self.d2 = nn.Sequential(nn.Conv2d(c, c, 3, 2, 1), nn.SiLU())
+        self.td1 = BiFPNNode(c, 2)
+        self.td0 = BiFPNNode(c, 2)
+        self.bu1 = BiFPNNode(c, 3)
+        self.bu2 = BiFPNNode(c, 2)
+
+    def forward(self, x):
+        p0 = self.stem(x)
+        p1 = self.d1(p0)
+        p2 = self.d2(p1)
+        t1 = self.td1(p1, F.interpolate(p2, scale_factor=2.0, mode="nearest"))
+        o0 = self.td0(p0, F.interpolate(t1, scale_factor=2.0, mode="nearest"))
+        o1 = self.bu1(p1, t1, F.max_pool2d(o0, 3, 2, 1))
+        o2 = self.bu2(p2, F.max_pool2d(o1, 3, 2, 1))
+        return o0, o1, o2
+
+
+def bifpn():
+    """``--input-shape 3,128,128`` (see the class's docstring)."""
+    return BiFPN()
+
+
+class Outlooker(nn.Module):
+    """VOLO's outlook attention: F.unfold into 3x3 windows, per-pixel softmax weights, F.fold back"""
+    def __init__(self, c=64, heads=4, k=3):
+        super().__init__()
+        self.h, self.k = heads, k
+        self.v = nn.Linear(c, c, bias=False)
+        self.attn = nn.Linear(c, k ** 4 * heads)
+        self.proj = nn.Linear(c, c)
+        self.stem = nn.Conv2d(3, c, 4, 4)
+        self.head = nn.Linear(c, 10)
+
+    def forward(self, x):
+        x = self.stem(x).permute(0, 2, 3, 1)  # (B, H, W, C)
+        b, hh, ww, c = x.shape
+        k, h = self.k, self.h
+        v = self.v(x).permute(0, 3, 1, 2)
+        v = F.unfold(v, k, padding=1).reshape(b, h, c // h, k * k, hh * ww).permute(0, 1, 4, 3, 2)
+        a = self.attn(x).reshape(b, hh * ww, h, k * k, k * k).permute(0, 2, 1, 3, 4)
+        a = (a * (c // h) ** -0.5).softmax(-1)
+        y = (a @ v).permute(0, 1, 4, 3, 2).reshape(b, c * k * k, hh * ww)
+        y = F.fold(y, (hh, ww), k, padding=1).permute(0, 2, 3, 1)
+        y = self.proj(y) + x
+        return self.head(y.mean((1, 2)))
+
+
+def outlooker():
+    """``--input-shape 3,64,64`` (see the class's docstring)."""
+    return Outlooker()
+
+
+class FlowWarp(nn.Module):
+    """predict a flow, warp the image with grid_sample (base grid from linspace + meshgrid)"""
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1), nn.ReLU(), nn.Conv2d(32, 32, 3, 1, 1), nn.ReLU(),
+                                 nn.Conv2d(32, 2, 3, 1, 1), nn.Tanh())
+
+    def forward(self, x):
+        b, _, h, w = x.shape
+        flow = self.net(x) * 0.1
+        ys = torch.linspace(-1.0, 1.0, h)
+        xs = torch.linspace(-1.0, 1.0, w)
+        gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+        grid = torch.stack((gx, gy), -1).unsqueeze(0) + flow.permute(0, 2, 3, 1)
+        return F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def flow_warp():
+    """``--input-shape 3,64,64`` (see the class's docstring)."""
+    return FlowWarp()
+
+
+class GatedConvLM(nn.Module):
+    """token embedding, causal Conv1d with F.pad + F.glu, residual, pixel-(un)shuffle-free 1-d"""
+    def __init__(self, vocab=3000, d=128, layers=4, k=4):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d, padding_idx=0)
+        self.k = k
+        self.convs = nn.ModuleList([nn.Conv1d(d, 2 * d, k) for _ in range(layers)])
+        self.out = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        x = self.emb(ids).transpose(1, 2)
+        for conv in self.convs:
+            x = x + F.glu(conv(F.pad(x, (self.k - 1, 0))), dim=1)
+        return self.out(x.transpose(1, 2)).log_softmax(-1)
+
+
+def gated_conv_lm():
+    """``--input-shape "50:int64:3000"`` (see the class's docstring)."""
+    return GatedConvLM()
+
+
+class PointNetTopK(nn.Module):
+    """shared MLP over points, scores -> topk, gather of the selected features, max pool"""
+    def __init__(self, k=64):
+        super().__init__()
+        self.k = k
+        self.mlp = nn.Sequential(nn.Conv1d(3, 64, 1), nn.BatchNorm1d(64), nn.ReLU(), nn.Conv1d(64, 128, 1), nn.ReLU())
+        self.score = nn.Conv1d(128, 1, 1)
+        self.head = nn.Sequential(nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def forward(self, pts):  # (B, N, 3)
+        f = self.mlp(pts.transpose(1, 2))  # (B, 128, N)
+        s = self.score(f).squeeze(1)  # (B, N)
+        _, idx = torch.topk(s, self.k, dim=1)
+        sel = torch.gather(f, 2, idx.unsqueeze(1).expand(-1, f.shape[1], -1))
+        g = sel.max(2)[0]
+        return self.head(g)
+
+
+def pointnet_topk():
+    """``--input-shape 1024,3`` (see the class's docstring)."""
+    return PointNetTopK()
+
+
+class CosineAttnBlock(nn.Module):
+    """Swin-V2-style cosine attention: F.normalize q, k; einsum scores; a clamped, exp'd logit scale"""
+    def __init__(self, d=96, h=3):
+        super().__init__()
+        self.h = h
+        self.qkv = nn.Linear(d, 3 * d)
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(h, 1, 1)))
+        self.proj = nn.Linear(d, d)
+        self.norm = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.norm2 = nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        a = torch.einsum("bhid,bhjd->bhij", F.normalize(q, dim=-1), F.normalize(k, dim=-1))
+        a = a * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        y = torch.einsum("bhij,bhjd->bhid", a.softmax(-1), v).transpose(1, 2).reshape(b, n, d)
+        x = x + self.norm(self.proj(y))  # (post-norm, as Swin-V2)
+        return x + self.norm2(self.mlp(x))
+
+
+class CosineViT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 96, 8, 8)
+        self.blocks = nn.Sequential(*[CosineAttnBlock() for _ in range(3)])
+        self.head = nn.Linear(96, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.patch(x).flatten(2).transpose(1, 2)).mean(1))
+
+
+def cosine_vit():
+    """``--input-shape 3,64,64`` (see the class's docstring)."""
+    return CosineViT()
+
+
+class BicubicSR(nn.Module):
+    """bicubic x2 up-sampling plus a learned residual, pixel_unshuffle / pixel_shuffle, torch.roll"""
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(12, 64, 3, 1, 1), nn.PReLU(64), nn.Conv2d(64, 64, 3, 1, 1), nn.PReLU(64),
+                                  nn.Conv2d(64, 48, 3, 1, 1))
+
+    def forward(self, x):
+        up = F.interpolate(x, scale_factor=2.0, mode="bicubic", align_corners=False)
+        r = self.body(F.pixel_unshuffle(x, 2))
+        r = F.pixel_shuffle(F.pixel_shuffle(r, 2), 2)
+        return up + torch.roll(r, shifts=(1, -1), dims=(2, 3))
+
+
+def bicubic_sr():
+    """``--input-shape 3,32,32`` (see the class's docstring)."""
+    return BicubicSR()
