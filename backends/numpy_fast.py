@@ -10,8 +10,8 @@ Convolution (``conv2d_plan``) picks, once at build, one of:
   per-channel weights, each tap one contiguous slice of a flattened (polyphase for strides)
   padded input; no GEMM. Maps of at most ``DEPTHWISE_NHWC_MAX_PIXELS`` output pixels run
   channels-last instead (long contiguous inner loops over channels); big kernels (5x5, 7x7) at
-  stride 1 run as one einsum over a channels-last window view up to 32x32 outputs, as banded
-  GEMMs (one per kernel row) on larger maps. A fused activation is
+  stride 1 run as one einsum over a channels-last window view up to 28x28 outputs, as banded
+  GEMMs (one per channel, the kernel rows in its inner dimension) on larger maps. A fused activation is
   applied inside the cache-sized blocks.
 * ``winograd``: F(4x4, 3x3) or F(2x2, 3x3) (by output size) for 3x3 stride-1 ungrouped float32
   convolutions with enough channels, where it measured faster than the GEMM (see
