@@ -205,6 +205,34 @@ def stats(times_s: list[float]) -> dict:
             "times_ms": [round(float(t), 4) for t in ms]}
 
 
+#: the reference counts as ignoring its input when shifted inputs move no output by more than
+#: this fraction of the outputs' largest magnitude
+INSENSITIVE_REL = 1e-6
+INSENSITIVE_NOTE = ("torch's outputs did not change when every input was shifted by one element along its last "
+                    "axis: the model (random weights washing the signal out of a deep net?) ignores its input, "
+                    "so the rel err column cannot tell a wrong engine from a right one")
+
+
+def insensitive_reference(runner, inputs: tuple, ref: list) -> bool:
+    """Whether the reference engine's float outputs stay within INSENSITIVE_REL of ``ref`` when
+    every input is rolled by one element along its last axis (a model whose random weights wash
+    the input out, as a deep net of default-initialised layers can, passes any engine's check).
+    False when nothing can be compared (no float output, inputs that a roll leaves alone)."""
+    import numpy as np
+
+    shifted = tuple(np.roll(x, 1, axis=-1) if x.ndim else x for x in inputs)
+    if all(np.array_equal(a, b) for a, b in zip(shifted, inputs)):
+        return False
+    outs = [np.asarray(o) for o in runner.outputs(runner.run(runner.prepare(shifted)))]
+    pairs = [(a, b) for a, b in zip(ref, outs) if a.dtype.kind == "f" and a.size and a.shape == b.shape]
+    if not pairs:
+        return False
+    with np.errstate(invalid="ignore"):
+        scale = max(float(np.abs(a).max()) for a, _ in pairs)
+        diff = max(float(np.abs(a - b).max()) for a, b in pairs)
+    return scale > 0 and diff <= INSENSITIVE_REL * scale  # (NaN compares False)
+
+
 def rel_error(outs: list, ref: list, exact_shape: bool = True) -> tuple[float | None, str]:
     """max |out - ref| / max |ref| over the finite values of all outputs; an error string on a
     count or shape mismatch (``exact_shape=False``: only the sizes must agree, for ncnn, which has
@@ -248,6 +276,7 @@ def bench_cell(spec, files, batch: int, engines: list[tuple[str, str | None]], a
     # torch first: its output is the reference for every engine
     ordered = sorted(engines, key=lambda e: e[0] != "torch")
     ref = None
+    ref_note = ""
     for engine, backend in ordered:
         runner = None
         try:
@@ -267,6 +296,12 @@ def bench_cell(spec, files, batch: int, engines: list[tuple[str, str | None]], a
             outs = runner.outputs(raw)
             if engine == "torch":
                 ref = [np.asarray(o) for o in outs]
+                try:
+                    if insensitive_reference(runner, inputs, ref):
+                        ref_note = INSENSITIVE_NOTE
+                        log(f"    note: {ref_note}")
+                except Exception as exc:  # (the check is advisory: a model it cannot run is still timed)
+                    log(f"    (input-sensitivity check skipped: {one_line(exc)})")
             active.append((label, runner, prepared, outs))
         except Exception as exc:
             label = runner.label if runner is not None else f"{engine}[{backend}]" if backend else engine
@@ -336,8 +371,10 @@ def bench_cell(spec, files, batch: int, engines: list[tuple[str, str | None]], a
     gc.collect()
     order = [engine_label(e, b) for e, b in engines]
     rows = sorted(entries.values(), key=lambda e: order.index(e["label"]) if e["label"] in order else len(order))
-    return {"model": spec.name, "batch": batch, "input_shapes": [list(x.shape) for x in inputs],
-            "entries": rows}
+    cell = {"model": spec.name, "batch": batch, "input_shapes": [list(x.shape) for x in inputs], "entries": rows}
+    if ref_note:
+        cell["reference_note"] = ref_note
+    return cell
 
 
 # ---------------------------------------------------------------------------------------------
@@ -536,6 +573,8 @@ def markdown(result: dict) -> str:
             lines.append(f"| {e['label']} | {e['median_ms']:.2f} | {e['iqr_ms']:.2f} | {e['min_ms']:.2f} | "
                          f"{e['runs']} | {_f(e.get('rel_err'), '{:.1e}')} | {_load(e)} | {mem} | "
                          f"{rat} | {note.replace('|', '/')} |")
+        if cell.get("reference_note"):
+            lines += ["", f"**Note:** {cell['reference_note']}."]
         ref = ISSUE_FIGURES.get((cell["model"], cell["batch"]))
         if ref:
             lines.append("")

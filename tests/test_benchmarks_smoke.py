@@ -223,6 +223,67 @@ def test_rel_error_shapes_and_non_finite_values():
     assert rel_error([ref, ref], [ref])[1] == "2 outputs, torch has 1"
 
 
+def test_a_reference_that_ignores_its_input_is_flagged(tmp_path):
+    """A model whose output does not depend on its input (here by construction; with random
+    weights a deep net can get there) gets the note in the log and the Markdown; one whose output
+    does, or whose input a shift leaves alone, does not."""
+    import numpy as np
+
+    if str(RUN.parent) not in sys.path:
+        sys.path.insert(0, str(RUN.parent))
+    from run import insensitive_reference
+
+    class Fake:  # the Runner protocol, on a numpy function
+        def __init__(self, fn):
+            self.fn = fn
+
+        def prepare(self, inputs):
+            return inputs
+
+        def run(self, prepared):
+            return self.fn(*prepared)
+
+        def outputs(self, raw):
+            return [raw]
+
+    x = np.random.default_rng(0).standard_normal((1, 3, 8)).astype(np.float32)
+    const = Fake(lambda a: np.full((1, 4), 0.25, np.float32) + 0 * a[..., :4].sum())
+    live = Fake(lambda a: a[..., :4] * 2)
+    assert insensitive_reference(const, (x,), const.outputs(const.run((x,))))
+    assert not insensitive_reference(live, (x,), live.outputs(live.run((x,))))
+    flat = np.ones((1, 3, 8), np.float32)  # (a shift changes nothing: no verdict)
+    assert not insensitive_reference(const, (flat,), const.outputs(const.run((flat,))))
+
+    (tmp_path / "deadnet.py").write_text(DEAD_MODEL)
+    result, md, out = _run(tmp_path, "--batches", "1", "--no-memory", "--engines", "kuiper,torch",
+                           "--models", f"{tmp_path / 'deadnet.py'}:Dead", "--input-shape", "3,8,8")
+    assert "ignores its input" in result["cells"][0]["reference_note"]
+    assert "ignores its input" in md and "ignores its input" in out
+    result, md, _ = _run(tmp_path / "live", "--batches", "1", "--no-memory", "--engines", "kuiper,torch",
+                         "--models", f"{tmp_path / 'deadnet.py'}:Live", "--input-shape", "3,8,8")
+    assert "reference_note" not in result["cells"][0] and "ignores its input" not in md
+
+
+DEAD_MODEL = """
+import torch
+from torch import nn
+
+
+class Dead(nn.Module):  # the input is multiplied by zero: only the bias reaches the output
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(192, 4)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1) * 0.0)
+
+
+class Live(Dead):
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+"""
+
+
 def test_overhead_benchmark_runs():
     """benchmarks/bench_overhead.py on a short chain: its output matches torch (it asserts
     that itself) and it prints both lines."""

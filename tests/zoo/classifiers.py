@@ -447,29 +447,29 @@ MODELS = {
             "resnet18", builder(ResNet18), _img224, description="ResNet-18 (torchvision layout)"
         ),
         ModelSpec(
-            "mobilenet_v2", builder(MobileNetV2), _img224, description="MobileNetV2 1.0, ReLU6"
+            "mobilenet_v2", builder(MobileNetV2, calibrate=(3, 224, 224)), _img224, description="MobileNetV2 1.0, ReLU6"
         ),
         ModelSpec(
             "mobilenet_v3_small",
-            builder(MobileNetV3Small),
+            builder(MobileNetV3Small, calibrate=(3, 224, 224)),
             _img224,
             description="MobileNetV3-Small: hardswish, hardsigmoid squeeze-excitation",
         ),
         ModelSpec(
             "shufflenet_v2_x1_0",
-            builder(ShuffleNetV2),
+            builder(ShuffleNetV2, calibrate=(3, 224, 224)),
             _img224,
             description="ShuffleNetV2 x1.0: chunk, cat, channel shuffle via view/transpose/view",
         ),
         ModelSpec(
             "squeezenet1_1",
-            builder(SqueezeNet11),
+            builder(SqueezeNet11, kaiming=True),
             _img224,
             description="SqueezeNet 1.1: Fire modules, ceil_mode max pooling, conv classifier",
         ),
         ModelSpec(
             "efficientnet_b0",
-            builder(EfficientNetB0),
+            builder(EfficientNetB0, calibrate=(3, 224, 224)),
             _img224,
             description="EfficientNet-B0: SiLU, depthwise, squeeze-excitation with sigmoid",
         ),

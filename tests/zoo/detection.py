@@ -361,7 +361,7 @@ MODELS = {
     for s in [
         ModelSpec(
             "yolov5n",
-            builder(YOLOv5n),
+            builder(YOLOv5n, calibrate=(3, 640, 640)),
             _img640,
             dynamic_batch=2,
             description="YOLOv5n (v6 layout): 6x6/2 stem, C3, SPPF, nearest upsample, Detect decoding with grid/anchor_grid buffers",
@@ -370,7 +370,7 @@ MODELS = {
         ),
         ModelSpec(
             "yolov8n",
-            builder(YOLOv8n),
+            builder(YOLOv8n, calibrate=(3, 640, 640)),
             _img640,
             dynamic_batch=2,
             description="YOLOv8n: C2f (chunk), SPPF, anchor-free decoupled head, DFL softmax, split",
