@@ -45,10 +45,23 @@ before): ``mobilevit``, ``squeezenet``, ``ghostnet``, ``pspnet``, ``repvgg``, ``
 ``bifpn``, ``outlooker``, ``flow_warp``, ``gated_conv_lm``, ``pointnet_topk``, ``cosine_vit`` and
 ``bicubic_sr`` (input shapes in their docstrings)."""
 import math
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+_TESTS = Path(__file__).resolve().parent.parent / "tests"
+if str(_TESTS) not in sys.path:  # (the zoo's helpers, as benchmarks/models.py finds them)
+    sys.path.insert(0, str(_TESTS))
+from zoo import calibrate_norms, kaiming_convs  # noqa: E402
+
+# calibrate_norms: BatchNorm statistics measured on a seeded batch; kaiming_convs: He-initialised
+# convolutions. With torch's default initialisation and unit statistics a deep net shrinks its
+# signal layer by layer until the output is its last bias (EfficientNet-B0's logits did not move
+# when the input was shifted by a pixel) and the runner's comparison with torch proves nothing
+# (run.py says so in its report when it sees it).
 
 
 # ---- ConvNeXt-T-ish (depthwise 7x7, channels-last LayerNorm via permute, Linear MLP, layer scale)
@@ -1203,25 +1216,6 @@ def resnet20_cifar():
 
 
 # ---- Session 24's survey of models never benchmarked before (kuiper-xp against torch) ----------------
-def _calibrated(model, input_shape, batch=2):
-    """``model`` in eval mode with every BatchNorm's running statistics measured on one seeded
-    N(0, 1) batch: with default initialisation and unit statistics a deep net shrinks its signal
-    layer by layer until the output is its last bias (EfficientNet-B0's logits did not move at
-    all when the input was shifted by a pixel), and the runner's comparison with torch then
-    proves nothing (run.py says so in its report when it sees it)."""
-    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    for m in norms:
-        m.reset_running_stats()
-        m.momentum = None  # cumulative: the batch's own statistics
-    g = torch.Generator().manual_seed(4321)
-    model.train()
-    with torch.no_grad():
-        model(torch.randn((batch,) + tuple(input_shape), generator=g))
-    for m in norms:
-        m.momentum = 0.1
-    return model.eval()
-
-
 def _cbn(cin, cout, k=3, stride=1, groups=1, act=nn.ReLU):
     """Conv (no bias) + BatchNorm (+ activation), 'same'-style padding for odd kernels."""
     layers = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
@@ -1264,9 +1258,9 @@ def mobilenet_v3_small():
            (40, 5, 120, 48, True, HS, 1), (48, 5, 144, 48, True, HS, 1), (48, 5, 288, 96, True, HS, 2),
            (96, 5, 576, 96, True, HS, 1), (96, 5, 576, 96, True, HS, 1)]
     blocks = [InvertedResidual(i, k, m, o, max(8, m // 4) if se else 0, act, s) for i, k, m, o, se, act, s in cfg]
-    return _calibrated(nn.Sequential(_cbn(3, 16, 3, 2, act=HS), *blocks, _cbn(96, 576, 1, act=HS),
-                                     nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(576, 1024), HS(),
-                                     nn.Linear(1024, 1000)), (3, 224, 224))
+    return calibrate_norms(nn.Sequential(_cbn(3, 16, 3, 2, act=HS), *blocks, _cbn(96, 576, 1, act=HS),
+                                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(576, 1024), HS(),
+                                         nn.Linear(1024, 1000)), (3, 224, 224))
 
 
 def efficientnet_b0():
@@ -1279,8 +1273,8 @@ def efficientnet_b0():
             blocks.append(InvertedResidual(c, k, c * e, o, max(1, c // 4), nn.SiLU, s if j == 0 else 1,
                                            gate=nn.Sigmoid))
             c = o
-    return _calibrated(nn.Sequential(_cbn(3, 32, 3, 2, act=nn.SiLU), *blocks, _cbn(c, 1280, 1, act=nn.SiLU),
-                                     nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)), (3, 224, 224))
+    return calibrate_norms(nn.Sequential(_cbn(3, 32, 3, 2, act=nn.SiLU), *blocks, _cbn(c, 1280, 1, act=nn.SiLU),
+                                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, 1000)), (3, 224, 224))
 
 
 def espcn():
@@ -1438,11 +1432,7 @@ def squeezenet():
         Fire(256, 48, 192), Fire(384, 48, 192), Fire(384, 64, 256), Fire(512, 64, 256),
         nn.Dropout(0.5), nn.Conv2d(512, 1000, 1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1),
         nn.Flatten())
-    for m in net.modules():  # He init: with torch's default the logits barely moved with the input
-        if isinstance(m, nn.Conv2d):
-            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
-            nn.init.zeros_(m.bias)
-    return net
+    return kaiming_convs(net)  # (with torch's default init the logits barely moved with the input)
 
 
 # ---- GhostNet-ish: ghost modules (cheap depthwise ops, slice of a concat), SE with hardsigmoid
