@@ -217,6 +217,9 @@ CONVT2D = [
     (5, 4, 6, 20, 16, 4, 2, 1, 1, 1, 2, True),
     # 6x8 maps at batch 5: the images share one GEMM (too small for an image per thread)
     (5, 4, 6, 6, 8, 4, 2, 1, 1, 1, 2, True),
+    # 4x4 maps at batch 70: blocks of 64 images and of 6, each one GEMM and one col2im; stride 1
+    (70, 4, 3, 4, 4, 2, 2, 0, 0, 1, 1, True),
+    (9, 6, 6, 5, 3, 3, 1, 1, 0, 1, 3, True),
 ]
 
 
