@@ -1347,7 +1347,8 @@ def tcn():
 
 # ---- Session 27: a survey of architectures never run before (docs/benchmarks/cpu-2core-epyc-avx2.md)
 def _cbs(cin, cout, k=3, s=1, g=1, act=nn.SiLU):
-    return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(cout), act())
+    """:func:`_cbn` with SiLU by default (the survey's blocks)."""
+    return _cbn(cin, cout, k, s, g, act)
 
 
 # ---- MobileViT-XS-ish: MV2 blocks + MobileViT blocks (unfold to patches by reshape/transpose)
