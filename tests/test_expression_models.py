@@ -199,3 +199,35 @@ def test_malformed_pnnx_expression_is_read_back_from_its_prefix_order(tmp_path):
         kuiper_xp.load(p, backend="numpy")
     assert "pnnx.Expression 'e'" in str(info.value)
     assert info.value.pos == 25  # the ")" right after "expm1"
+
+
+def test_equal_expressions_share_one_compiled_program(model_backend, tmp_path):
+    """Expressions of the same text and input count are compiled once per build and shared;
+    each still computes on its own inputs (torch gives the expected values), and an error in a
+    shared program names the operator it happened in."""
+    import numpy as np
+    from conftest import assert_close
+
+    import kuiper_xp
+    from kuiper_xp.errors import KuiperXPError
+
+    text = ("7767517\n6 5\n"
+            "pnnx.Input in0 0 1 0 #0=(2,3)f32\n"
+            "pnnx.Input in1 0 1 1 #1=(?,?)f32\n"
+            "pnnx.Expression e1 2 1 0 1 2 expr=add(mul(@0,2.5),@1) #2=(?,?)f32\n"
+            "pnnx.Expression e2 2 1 2 0 3 expr=add(mul(@0,2.5),@1) #3=(2,3)f32\n"
+            "pnnx.Expression e3 1 1 3 4 expr=add(mul(@0,2.5),@0) #4=(2,3)f32\n"
+            "pnnx.Output out 1 0 4\n")
+    p = tmp_path / "shared.pnnx.param"
+    p.write_text(text)
+    g = kuiper_xp.load(p, backend=model_backend)
+    layers = {r.name: r.layer for r in g.operators if r.type == "pnnx.Expression"}
+    assert layers["e1"].program is layers["e2"].program
+    assert layers["e3"].program is not layers["e1"].program
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    b = g.backend
+    (got,) = g(b.asarray(x.numpy()), b.asarray(y.numpy()))
+    e2 = (x * 2.5 + y) * 2.5 + x
+    assert_close(b.to_numpy(got), (e2 * 2.5 + e2).numpy(), rtol=1e-6)
+    with pytest.raises(KuiperXPError, match="'e1'"):
+        g(b.asarray(np.ones((2, 3), np.float32)), b.asarray(np.ones((3, 2), np.float32)))

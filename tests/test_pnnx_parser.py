@@ -141,6 +141,33 @@ def test_crlf_blank_lines_and_bom_are_accepted():
     assert [o.line for o in b.operators] == [o.line + 2 for o in a.operators]
 
 
+@pytest.mark.parametrize("odd", ["\x1c", "\x1d", "\x1e", "\x1f", "\u00a0", "\u2028", "\x85"])
+def test_only_ascii_space_tab_cr_vt_ff_separate_tokens(odd):
+    """pnnx's reader splits at ASCII whitespace only: an operator name holding a character that
+    Python's str.split() also takes for a space (0x1c-0x1f, NBSP, U+2028, NEL) stays one name,
+    while tabs, vertical tabs and form feeds between the tokens separate them."""
+    text = ("7767517\n3 3\npnnx.Input in0 0 1 a #a=(1,4)f32\n"
+            f"nn.ReLU relu{odd}x 1 1 a b\n"
+            "pnnx.Output \t out0\x0b1\x0c0 b\n")
+    m = parse_param_text(text)
+    assert [o.name for o in m.operators] == ["in0", f"relu{odd}x", "out0"]
+    assert [o.type for o in m.operators] == ["pnnx.Input", "nn.ReLU", "pnnx.Output"]
+    assert m.operators[1].inputs[0].name == "a" and m.operators[2].inputs[0].name == "b"
+
+
+def test_repeated_parameter_texts_give_each_operator_its_own_values():
+    """Equal parameter texts are parsed once per file; a list value is still each operator's own."""
+    text = ("7767517\n4 3\npnnx.Input in0 0 1 a #a=(1,2,4,4)f32\n"
+            "nn.MaxPool2d p1 1 1 a b kernel_size=(2,2) stride=(2,2) ceil_mode=False\n"
+            "nn.MaxPool2d p2 1 1 b c kernel_size=(2,2) stride=(2,2) ceil_mode=False\n"
+            "pnnx.Output out0 1 0 c\n")
+    m = parse_param_text(text)
+    p1, p2 = m.operators[1].params, m.operators[2].params
+    assert p1 == p2 == {"kernel_size": [2, 2], "stride": [2, 2], "ceil_mode": False}
+    p1["kernel_size"].append(9)
+    assert p2["kernel_size"] == [2, 2] and p1["stride"] is not p2["stride"]
+
+
 def test_parse_param_reads_a_file_with_bom_and_crlf(tmp_path):
     p = tmp_path / "m.pnnx.param"
     p.write_bytes(b"\xef\xbb\xbf" + SMALL.replace("\n", "\r\n").encode())

@@ -29,6 +29,7 @@ class BuildContext:
         self._seen: dict[tuple, list[weakref.ref]] = {}
         self._derived: dict[tuple, list[tuple[Any, Any]]] = {}
         self._memo: dict[tuple, tuple[Any, tuple]] = {}
+        self._reused: dict[tuple, Any] = {}
         #: how many weights were found equal to one read earlier (and share its array)
         self.shared_weights = 0
 
@@ -79,6 +80,14 @@ class BuildContext:
         self._memo[key] = (result, alive)
         return result
 
+    def reuse(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, once per ``key`` (hashable values only, no array ids) during this build:
+        for immutable things that several layers may share, such as a compiled expression."""
+        hit = self._reused.get(key, _UNSEEN)
+        if hit is _UNSEEN:
+            hit = self._reused[key] = make()
+        return hit
+
     def derived(self, tag: Any, source: Any, make: Callable[[Any], Any], source_of: Callable[[Any], Any]) -> Any:
         """``make(source)``, or the result made earlier (with the same ``tag``) from a source
         equal to this one: layers share a re-laid-out weight (a transposed, packed copy) as
@@ -117,6 +126,10 @@ class BuildContext:
         self._seen.clear()
         self._derived.clear()
         self._memo.clear()
+        self._reused.clear()
+
+
+_UNSEEN = object()
 
 
 def _fingerprint(a: Any, xp: Any = None, to_host: Any = None) -> tuple:
@@ -129,7 +142,8 @@ def _fingerprint(a: Any, xp: Any = None, to_host: Any = None) -> tuple:
     sample, tail = flat[0:min(n, 33 * step):step], flat[max(0, n - 3):n]  # (in-bounds slices)
     if to_host is not None:
         sample, tail = to_host(sample), to_host(tail)
-    return (tuple(a.shape), str(sample.dtype), sample.tobytes(), tail.tobytes())
+    # (dtype.str: str(dtype) goes through numpy's Python-level __str__, 4% of a MobileNetV2 load)
+    return (tuple(a.shape), sample.dtype.str, sample.tobytes(), tail.tobytes())
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -139,7 +139,9 @@ class Expression(Layer):
             return StringConstant(ctx, text)
         text = integer_floor_division(op, text)
         try:
-            program = Program(text, ctx.xp, ctx.device, ctx.fast, n_inputs=len(op.inputs))
+            # (one compiled program per text and input count: YOLOv5n's 13 expressions are 5)
+            program = ctx.reuse(("expression", text, len(op.inputs)),
+                                lambda: Program(text, ctx.xp, ctx.device, ctx.fast, n_inputs=len(op.inputs)))
         except ExpressionError as exc:
             err = ExpressionError(f"{op.where}: {exc}")
             err.expr, err.pos = exc.expr, exc.pos

@@ -169,6 +169,8 @@ def _convert(value: Any, kind: Any) -> Any:
     if isinstance(kind, tuple):
         item = kind[0]
         seq = value if isinstance(value, (list, tuple)) else [value]
+        if item is int and all(type(v) is int for v in seq):  # (the common case: no bools)
+            return tuple(seq)
         return tuple(_convert(v, item) for v in seq)
     if kind in (list, tuple):
         return kind(value) if isinstance(value, (list, tuple)) else kind([value])

@@ -27,6 +27,15 @@ _COUNT_RE = re.compile(r"[0-9]{1,18}\Z")  # a count: non-negative, fits in int64
 _ASCII_WS = " \t\r\x0b\x0c"
 _WS_RE = re.compile(r"[ \t\r\x0b\x0c]+")
 _SHAPE_RE = re.compile(r"\((.*)\)([a-z0-9]+)\Z")
+_UNSEEN = object()
+
+
+def _plain_ascii(line: str) -> bool:
+    """Whether ``str.split()`` splits ``line`` as pnnx does (at runs of ASCII space, tab, CR, VT,
+    FF): ASCII text without the separator characters 0x1c-0x1f, which str.split() takes for
+    whitespace too. A sixth of the regex split's cost (6.1 -> 1.1 us for a convolution's line)."""
+    return line.isascii() and "\x1c" not in line and "\x1d" not in line and "\x1e" not in line \
+        and "\x1f" not in line
 
 
 def parse_value(text: str) -> Any:
@@ -53,6 +62,8 @@ def parse_value(text: str) -> Any:
 
 
 def _scalar(text: str) -> Any:
+    if text.isdigit() and text.isascii():  # the common case, [0-9]+ (what the checks below give it)
+        return int(text)
     if not text:
         raise ValueError("empty item")
     if text in ("True", "False"):
@@ -268,12 +279,13 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
     operators: list[Operator] = []
     op_names: set[str] = set()
     shapes: dict[str, tuple] = {}  # shape texts parsed (see _parse_shape)
+    values: dict[str, Any] = {}  # parameter texts parsed: a file repeats 'stride=(1,1)', 'bias=True'
     for lno, line in body:
         if len(line) > limits.max_line_chars:
             _raise_limit(ResourceLimitError(
                 f"line of {len(line)} characters, over the limit max_line_chars={limits.max_line_chars}"),
                 f"{path}:{lno}")
-        tok = _WS_RE.split(line)
+        tok = line.split() if _plain_ascii(line) else _WS_RE.split(line)
         if len(tok) < 4:
             raise err(f"an operator line needs '<type> <name> <n_in> <n_out> ...', found {_shorten(line, 80)}", lno)
         typ, name, s_in, s_out = tok[:4]
@@ -374,7 +386,14 @@ def parse_param_text(text: str, path: str = "<string>") -> Model:
                 try:
                     # a pnnx.Expression keeps its text: pnnx's value rules would split
                     # '[size(@0,0),-1]' at the commas and turn '5.000000e+00' into 5.0
-                    op.params[key] = value if key == "expr" and typ == "pnnx.Expression" else parse_value(value)
+                    if key == "expr" and typ == "pnnx.Expression":
+                        op.params[key] = value
+                    else:
+                        got = values.get(value, _UNSEEN)
+                        if got is _UNSEEN:
+                            got = values[value] = parse_value(value)
+                        # (each operator its own list: a layer may change what it was given)
+                        op.params[key] = got.copy() if type(got) is list else got
                 except ValueError as exc:
                     raise err(f"operator {_shorten(name)}: parameter {_shorten(key)}: {exc}", lno) from None
         operators.append(op)
