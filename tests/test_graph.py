@@ -1,5 +1,7 @@
 """The runtime graph (seeds 002/003) on models exported by pnnx from small torch networks."""
 
+import weakref
+
 import numpy as np
 import pytest
 import torch
@@ -249,6 +251,56 @@ def test_equal_weights_are_shared(backend, tmp_path):
         assert len(convs) == 3 and len({id(c._plan) for c in convs}) == 1
         with pytest.raises(ValueError, match="read-only"):
             convs[0].weight[0, 0, 0, 0] = 1.0
+
+
+class _OneByOnes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Conv2d(8, 16, 1), nn.Conv2d(16, 16, 1), nn.Conv2d(16, 8, 1)
+        self.d, self.e = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return self.e(torch.tanh(self.d(self.c(self.b(torch.relu(self.a(x)))))))
+
+
+def test_weights_the_file_holds_once_are_freed_during_the_build(tmp_path, monkeypatch):
+    """A weight no other member of the .bin can equal (its shape, dtype and CRC-32 are its own)
+    is not held to the end of the build: a 1x1 convolution keeps only its packed copy, so the
+    array read from the file is gone before the next layer's weights are read. Weights the file
+    holds twice are still compared and shared."""
+    from kuiper_xp.layers.conv import Convolution as Conv
+    from kuiper_xp.pnnx import binfile
+
+    torch.manual_seed(0)
+    m = _OneByOnes().eval()
+    with torch.no_grad():
+        m.e.weight.copy_(m.d.weight)
+        m.e.bias.copy_(m.d.bias)
+    x = torch.randn(2, 8, 5, 5)
+    param = export_torch(m, (x,), tmp_path)
+    read, alive_at_read = [], []
+    real_read = binfile.BinReader.read
+
+    def read_and_watch(self, w):
+        alive_at_read.append((w.member, [name for name, ref in read if ref() is not None]))
+        out = real_read(self, w)
+        read.append((w.member, weakref.ref(out)))
+        return out
+
+    monkeypatch.setattr(binfile.BinReader, "read", read_and_watch)
+    g = kuiper_xp.load(param, backend="numpy")
+    (got,) = g(x.numpy())
+    assert_close(kuiper_xp.to_numpy(got), torch_outputs(m, (x,))[0], rtol=1e-5)
+    unique = {w.member: w.unique for w in g.model.weights}
+    assert unique == {"a.weight": True, "a.bias": True, "b.weight": True, "b.bias": True, "c.weight": True,
+                      "c.bias": True, "d.weight": False, "d.bias": False, "e.weight": False, "e.bias": False}
+    # (a plan keeps its bias, as it is)
+    alive = {k: [n for n in v if n.endswith(".weight")] for k, v in alive_at_read}
+    assert not alive["b.weight"] and not alive["c.weight"], alive  # freed as their layers were made
+    assert alive["e.weight"] == ["d.weight"], alive  # kept to be compared, then shared
+    convs = [r.layer for r in g.operators if isinstance(r.layer, Conv)]
+    assert convs[3]._plan is convs[4]._plan and len({id(c._plan) for c in convs}) == 4
+    assert g.shared_weights >= 2
 
 
 class _TiedHead(nn.Module):

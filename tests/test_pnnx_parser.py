@@ -311,6 +311,23 @@ def test_bin_layouts(tmp_path, layout):
     m.close()
 
 
+def test_weights_are_unique_unless_another_has_their_shape_dtype_and_crc(tmp_path):
+    """``WeightRef.unique``: no other member shares its (shape, dtype, CRC-32), so no other can
+    hold the same values. Equal bytes of another shape or dtype do not count."""
+    text = ("7767517\n5 5\npnnx.Attribute a 0 1 0 @data=(2,3)f32\npnnx.Attribute b 0 1 1 @data=(2,3)f32\n"
+            "pnnx.Attribute c 0 1 2 @data=(3,2)f32\npnnx.Attribute d 0 1 3 @data=(2,3)f32\n"
+            "pnnx.Attribute e 0 1 4 @data=(6)i32\n")
+    same = (np.arange(6, dtype="<f4") / 7).reshape(2, 3)
+    members = {"a.data": same, "b.data": same.copy(), "c.data": same.reshape(3, 2), "d.data": same + 1,
+               "e.data": same.reshape(-1).view("<i4")}
+    path = write_bin(tmp_path / "m.pnnx.bin", {k: v.tobytes() for k, v in members.items()})
+    m = parse_param_text(text)
+    m.attach_bin(path)
+    assert {w.member: w.unique for w in m.weights} == {"a.data": False, "b.data": False, "c.data": True,
+                                                        "d.data": True, "e.data": True}
+    m.close()
+
+
 def test_all_numpy_dtypes_round_trip(tmp_path):
     rng = np.random.default_rng(0)
     np_types = {"f32": "<f4", "f64": "<f8", "f16": "<f2", "i64": "<i8", "i32": "<i4", "i16": "<i2",

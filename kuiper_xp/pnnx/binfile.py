@@ -172,6 +172,21 @@ class BinReader:
             raise ResourceLimitError(f"{self.path}: weights total {total} bytes, over the limit "
                                      f"max_total_weight_bytes={limits.max_total_weight_bytes} ({_LIMIT_HINT})")
 
+    def mark_unique(self, weights: list[WeightRef]) -> None:
+        """Set ``w.unique`` on each weight no other one shares shape, dtype and the CRC-32 the
+        archive declares for it with: equal values would have an equal CRC, so none can equal
+        it (a file that declares wrong CRCs can hide an equal pair: then they are not shared,
+        which costs memory, never a wrong value)."""
+        count: dict[tuple, int] = {}
+        keys = []
+        for w in weights:
+            info = self._members.get(w.member)
+            k = None if info is None else (tuple(w.shape), w.dtype, info.CRC)
+            keys.append(k)
+            count[k] = count.get(k, 0) + 1
+        for w, k in zip(weights, keys):
+            w.unique = k is not None and count[k] == 1
+
     def _data_offset(self, info: zipfile.ZipInfo) -> int:
         self._file.seek(info.header_offset)
         header = self._file.read(30)

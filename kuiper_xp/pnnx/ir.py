@@ -64,6 +64,9 @@ class WeightRef:
     shape: tuple[int, ...]
     dtype: str  # pnnx suffix, e.g. 'f32'
     reader: BinReader | None = None
+    #: no other weight of the file has this one's shape, dtype and CRC-32 (set when the .bin is
+    #: attached), so none can hold the same values: the build need not keep it to compare
+    unique: bool = False
 
     @property
     def member(self) -> str:
@@ -218,6 +221,7 @@ class Model:
             w.reader = reader
         if needs:
             reader.check(needs)
+            reader.mark_unique(needs)
 
     @property
     def weights(self) -> list[WeightRef]:
