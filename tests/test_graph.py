@@ -256,7 +256,7 @@ def test_equal_weights_are_shared(backend, tmp_path):
 class _OneByOnes(nn.Module):
     def __init__(self):
         super().__init__()
-        self.a, self.b, self.c = nn.Conv2d(8, 16, 1), nn.Conv2d(16, 16, 1), nn.Conv2d(16, 8, 1)
+        self.a, self.b, self.c = (nn.Conv2d(8, 8, 3, padding=1, groups=8) for _ in range(3))
         self.d, self.e = nn.Conv2d(8, 8, 1), nn.Conv2d(8, 8, 1)
 
     def forward(self, x):
@@ -265,9 +265,10 @@ class _OneByOnes(nn.Module):
 
 def test_weights_the_file_holds_once_are_freed_during_the_build(tmp_path, monkeypatch):
     """A weight no other member of the .bin can equal (its shape, dtype and CRC-32 are its own)
-    is not held to the end of the build: a 1x1 convolution keeps only its packed copy, so the
-    array read from the file is gone before the next layer's weights are read. Weights the file
-    holds twice are still compared and shared."""
+    is not held to the end of the build: a depthwise convolution keeps only its re-laid-out
+    taps, so the array read from the file is gone before the next layer's weights are read.
+    Weights the file holds twice are still compared and shared; a 1x1 convolution's plan uses
+    the array read from the file as its matrix (no copy)."""
     from kuiper_xp.layers.conv import Convolution as Conv
     from kuiper_xp.pnnx import binfile
 
@@ -300,6 +301,8 @@ def test_weights_the_file_holds_once_are_freed_during_the_build(tmp_path, monkey
     assert alive["e.weight"] == ["d.weight"], alive  # kept to be compared, then shared
     convs = [r.layer for r in g.operators if isinstance(r.layer, Conv)]
     assert convs[3]._plan is convs[4]._plan and len({id(c._plan) for c in convs}) == 4
+    d_read = dict(read)["d.weight"]()
+    assert d_read is not None and np.shares_memory(convs[3]._plan.wmat, d_read)
     assert g.shared_weights >= 2
 
 

@@ -1681,3 +1681,29 @@ def test_tiny_convolutions_take_one_plain_gemm_and_match_torch(monkeypatch, case
         again = np.array(named(x, act))
     assert calls == [plan.algo]  # (not taken for the named algorithm)
     assert_close(again, ref.numpy(), rtol=1e-5 if dt == np.float32 else 1e-12, what="gemm")
+
+
+@pytest.mark.parametrize("stride,batch", [(1, 1), (2, 1), (1, 3)])
+def test_1x1_plan_takes_read_only_weights_as_they_are(stride, batch):
+    """A 1x1 plan uses read-only weights (a graph's) as its matrix without a copy and makes the
+    (O, C + 1) matrix with the bias column only for a call that folds the bias (a strided input,
+    several small images); writeable weights are copied, so changing them later changes
+    nothing. torch gives the expected values."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    rng = np.random.default_rng(stride * 10 + batch)
+    w = rng.standard_normal((24, 16, 1, 1)).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    x = rng.standard_normal((batch, 16, 9, 7)).astype(np.float32)
+    want = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), stride=stride).numpy()
+    w.flags.writeable = False
+    plan = nf.conv2d_plan(w, b, stride=(stride, stride))
+    assert plan.algo == "1x1" and np.shares_memory(plan.wmat, w) and plan._wfold is None
+    assert_close(in_fast_scope(nf, lambda: plan(x)), want, rtol=1e-5)
+    if stride == 2:  # (the strided input is copied, with a row of ones for the bias)
+        assert plan._wfold is not None and plan._wfold.shape == (24, 17)
+    w2 = w.copy()
+    plan2 = nf.conv2d_plan(w2, b, stride=(stride, stride))
+    assert not np.shares_memory(plan2.wmat, w2)
+    w2[:] = 0
+    assert_close(in_fast_scope(nf, lambda: plan2(x)), want, rtol=1e-5)
