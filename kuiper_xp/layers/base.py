@@ -48,29 +48,23 @@ class BuildContext:
         every array to the end of the build; 40-80 without). Read again, it comes from the file."""
         key = id(ref)
         arr = self._weights.get(key)
+        if arr is None and key in self._unique_refs:
+            arr = self._unique_refs[key]()
         if arr is None and getattr(ref, "unique", False):
-            wr = self._unique_refs.get(key)
-            arr = wr() if wr is not None else None
-            if arr is None:
-                arr = self._device_copy(ref.numpy())
-                try:
-                    wr = weakref.ref(arr)
-                except TypeError:  # an array type without weak references: kept to the end
-                    self._weights[key] = arr
-                else:
-                    self._unique_refs[key] = wr
-                    self._unique[id(arr)] = wr
-        if arr is None:
+            arr = self._device_copy(ref.numpy())
+            wr = _weak(arr)
+            if wr is None:  # an array type without weak references: kept to the end
+                self._weights[key] = arr
+            else:
+                self._unique_refs[key] = self._unique[id(arr)] = wr
+        elif arr is None:
             host = ref.numpy()
             fp = _fingerprint(host)
             arr = self._earlier(fp, host)
             if arr is None:
                 arr = self._device_copy(host)
-                try:
-                    wr = weakref.ref(arr)
-                except TypeError:  # an array type without weak references: not shared
-                    pass
-                else:
+                wr = _weak(arr)
+                if wr is not None:  # (an array type without weak references is not shared)
                     self._seen.setdefault(fp, []).append(wr)
             else:
                 self.shared_weights += 1
@@ -166,6 +160,13 @@ class BuildContext:
 
 
 _UNSEEN = object()
+
+
+def _weak(a: Any) -> weakref.ref | None:
+    try:
+        return weakref.ref(a)
+    except TypeError:
+        return None
 
 
 def _fingerprint(a: Any, xp: Any = None, to_host: Any = None) -> tuple:
