@@ -226,6 +226,43 @@ def test_rel_error_shapes_and_non_finite_values():
     assert rel_error([ref, ref], [ref])[1] == "2 outputs, torch has 1"
 
 
+def test_load_again_takes_the_median_and_survives_a_failing_creation(monkeypatch):
+    """``--load-runs``: the extra creations run on fresh runners, engines taking turns; ready is
+    the median of all of them; an engine whose later creation fails keeps what it had, and the
+    log says why."""
+    import types
+
+    if str(RUN.parent) not in sys.path:
+        sys.path.insert(0, str(RUN.parent))
+    import peers
+    import run
+
+    made, order = [], []
+
+    class Fake:
+        def __init__(self, engine):
+            self.engine, self.closed = engine, False
+            made.append(self)
+
+        def load(self, files, spec):
+            order.append(self.engine)
+            if self.engine == "bad":
+                raise RuntimeError("no\nsecond session")
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(peers, "make_runner", lambda engine, threads, backend: Fake(engine))
+    good = {"engine": "good", "backend": None, "label": "good", "ready_s": 9.0, "ready_runs": [9.0]}
+    bad = {"engine": "bad", "backend": None, "label": "bad", "ready_s": 0.5, "ready_runs": [0.5]}
+    lines = []
+    run.load_again(types.SimpleNamespace(load_runs=3, threads=1), None, None, [good, bad], lines.append)
+    assert order == ["good", "bad", "bad", "good"] and all(f.closed for f in made)
+    assert len(good["ready_runs"]) == 3 and good["ready_s"] == sorted(good["ready_runs"])[1] < 9.0
+    assert bad["ready_runs"] == [0.5] and bad["ready_s"] == 0.5
+    assert lines == ["    bad: load again failed: RuntimeError: no second session"] * 2
+
+
 def test_a_reference_that_ignores_its_input_is_flagged(tmp_path):
     """A model whose output does not depend on its input (here by construction; with random
     weights a deep net can get there) gets the note in the log and the Markdown; one whose output
