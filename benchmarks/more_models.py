@@ -43,7 +43,11 @@ Face's Conv1D/addmm GPT-2 with ``torch.pow(x, 3.0)`` in its GELU; ``--input-shap
 before): ``mobilevit``, ``squeezenet``, ``ghostnet``, ``pspnet``, ``repvgg``, ``levit``, ``t5_enc``,
 ``hrnet_lite``, ``ssdlite``, ``res2net`` and ``gru_speech``; then ``perceiver``, ``detr_sine``, ``nerf``,
 ``bifpn``, ``outlooker``, ``flow_warp``, ``gated_conv_lm``, ``pointnet_topk``, ``cosine_vit`` and
-``bicubic_sr`` (input shapes in their docstrings)."""
+``bicubic_sr`` (input shapes in their docstrings). Session 28: ``gmlp`` (spatial gating over tokens),
+``fnet`` (Fourier mixing: the real part of torch.fft.fft2), ``rrdb`` (ESRGAN's residual dense
+blocks), ``capsnet`` (dynamic routing, unrolled), ``convlstm`` (a ConvLSTM over 6 frames),
+``fcos_head`` (GroupNorm towers, learned per-level scales, exp) and ``xception_lite``
+(separable convolutions, odd input size)."""
 import math
 import sys
 from pathlib import Path
@@ -2076,3 +2080,238 @@ class BicubicSR(nn.Module):
 def bicubic_sr():
     """``--input-shape 3,32,32`` (see the class's docstring)."""
     return BicubicSR()
+
+
+# -- session 28: a third survey of architectures never run before ---------------------------------
+class SpatialGatingUnit(nn.Module):
+    def __init__(self, dim, seq):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim // 2)
+        self.proj = nn.Linear(seq, seq)
+
+    def forward(self, x):
+        u, v = x.chunk(2, dim=-1)
+        v = self.norm(v)
+        v = self.proj(v.transpose(1, 2)).transpose(1, 2)
+        return u * v
+
+
+class GMLP(nn.Module):
+    """gMLP: spatial gating over tokens; input (N, 64, 128)."""
+    def __init__(self, dim=128, seq=64, depth=4):
+        super().__init__()
+        self.blocks = nn.ModuleList()
+        for _ in range(depth):
+            self.blocks.append(nn.ModuleDict({"norm": nn.LayerNorm(dim), "fc1": nn.Linear(dim, dim * 4),
+                                              "sgu": SpatialGatingUnit(dim * 4, seq), "fc2": nn.Linear(dim * 2, dim)}))
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        for b in self.blocks:
+            y = F.gelu(b["fc1"](b["norm"](x)))
+            x = x + b["fc2"](b["sgu"](y))
+        return self.head(x.mean(1))
+
+
+def gmlp():
+    """``--input-shape 64,128`` (see the class's docstring)."""
+    return GMLP()
+
+
+class FNetBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.ff = nn.Sequential(nn.Linear(dim, dim * 2), nn.GELU(), nn.Linear(dim * 2, dim))
+
+    def forward(self, x):
+        x = self.n1(x + torch.fft.fft2(x).real)
+        return self.n2(x + self.ff(x))
+
+
+class FNet(nn.Module):
+    """FNet: Fourier mixing (fft2 real part) instead of attention; input (N, 128, 96)."""
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(*[FNetBlock(96) for _ in range(3)])
+        self.head = nn.Linear(96, 4)
+
+    def forward(self, x):
+        return self.head(self.blocks(x)[:, 0])
+
+
+def fnet():
+    """``--input-shape 128,96`` (see the class's docstring)."""
+    return FNet()
+
+
+class RDB(nn.Module):
+    def __init__(self, nf=32, gc=16):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv2d(nf + i * gc, gc if i < 4 else nf, 3, 1, 1) for i in range(5)])
+
+    def forward(self, x):
+        feats = [x]
+        for i, c in enumerate(self.convs):
+            y = c(torch.cat(feats, 1))
+            if i < 4:
+                feats.append(F.leaky_relu(y, 0.2))
+        return x + 0.2 * y
+
+
+class RRDBNet(nn.Module):
+    """ESRGAN-lite: residual-in-residual dense blocks, nearest x2 up-sampling; input (N, 3, 32, 32)."""
+    def __init__(self, nf=32):
+        super().__init__()
+        self.first = nn.Conv2d(3, nf, 3, 1, 1)
+        self.body = nn.Sequential(*[nn.Sequential(RDB(nf), RDB(nf)) for _ in range(2)])
+        self.trunk = nn.Conv2d(nf, nf, 3, 1, 1)
+        self.up = nn.Conv2d(nf, nf, 3, 1, 1)
+        self.last = nn.Conv2d(nf, 3, 3, 1, 1)
+
+    def forward(self, x):
+        f = self.first(x)
+        f = f + self.trunk(self.body(f))
+        f = F.leaky_relu(self.up(F.interpolate(f, scale_factor=2, mode="nearest")), 0.2)
+        return self.last(f)
+
+
+def rrdb():
+    """``--input-shape 3,32,32`` (see the class's docstring)."""
+    return RRDBNet()
+
+
+def squash(s, dim=-1):
+    n2 = (s * s).sum(dim, keepdim=True)
+    return n2 / (1 + n2) * s / torch.sqrt(n2 + 1e-8)
+
+
+class CapsNet(nn.Module):
+    """CapsNet with 3 iterations of dynamic routing (unrolled); input (N, 1, 28, 28)."""
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 64, 9)
+        self.prim = nn.Conv2d(64, 8 * 16, 9, stride=2)
+        self.W = nn.Parameter(torch.randn(1, 16 * 6 * 6, 10, 12, 8) * 0.05)
+
+    def forward(self, x):
+        n = x.shape[0]
+        h = F.relu(self.conv(x))
+        u = self.prim(h).view(n, 16, 8, 6, 6).permute(0, 1, 3, 4, 2).reshape(n, -1, 8)
+        u = squash(u)
+        uhat = (self.W @ u[:, :, None, :, None]).squeeze(-1)  # (n, 576, 10, 12)
+        b = torch.zeros(n, uhat.shape[1], 10, device=x.device)
+        for _ in range(3):
+            c = F.softmax(b, dim=2)
+            v = squash((c[..., None] * uhat).sum(1))  # (n, 10, 12)
+            b = b + (uhat * v[:, None]).sum(-1)
+        return v.norm(dim=-1)
+
+
+def capsnet():
+    """``--input-shape 1,28,28`` (see the class's docstring)."""
+    return CapsNet()
+
+
+class ConvLSTM(nn.Module):
+    """A ConvLSTM over 6 frames (time loop unrolled by the trace); input (N, 6, 8, 24, 24)."""
+    def __init__(self, cin=8, hid=16):
+        super().__init__()
+        self.hid = hid
+        self.gates = nn.Conv2d(cin + hid, 4 * hid, 3, 1, 1)
+        self.out = nn.Conv2d(hid, 1, 1)
+
+    def forward(self, x):
+        n, t, _, hh, ww = x.shape
+        h = x.new_zeros(n, self.hid, hh, ww)
+        c = x.new_zeros(n, self.hid, hh, ww)
+        for k in range(6):
+            i, f, g, o = self.gates(torch.cat([x[:, k], h], 1)).chunk(4, 1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+        return self.out(h)
+
+
+def convlstm():
+    """``--input-shape 6,8,24,24`` (see the class's docstring)."""
+    return ConvLSTM()
+
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.s = nn.Parameter(torch.tensor(1.3))
+
+    def forward(self, x):
+        return x * self.s
+
+
+class FCOSHead(nn.Module):
+    """FCOS-style head over 3 levels: GroupNorm towers, learned per-level Scale, exp of the
+    box regression, centerness; outputs flattened and concatenated; input (N, 3, 128, 128)."""
+    def __init__(self, ch=64, ncls=8):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, ch, 3, 2, 1), nn.ReLU(), nn.Conv2d(ch, ch, 3, 2, 1), nn.ReLU())
+        self.downs = nn.ModuleList([nn.Conv2d(ch, ch, 3, 2, 1) for _ in range(3)])
+        def tower():
+            return nn.Sequential(*[m for _ in range(2) for m in (nn.Conv2d(ch, ch, 3, 1, 1), nn.GroupNorm(8, ch),
+                                                                 nn.ReLU())])
+        self.cls_tower, self.box_tower = tower(), tower()
+        self.cls, self.box, self.ctr = nn.Conv2d(ch, ncls, 3, 1, 1), nn.Conv2d(ch, 4, 3, 1, 1), nn.Conv2d(ch, 1, 3, 1, 1)
+        self.scales = nn.ModuleList([Scale() for _ in range(3)])
+
+    def forward(self, x):
+        f = self.stem(x)
+        outs = []
+        for d, s in zip(self.downs, self.scales):
+            f = F.relu(d(f))
+            ct, bt = self.cls_tower(f), self.box_tower(f)
+            cls = self.cls(ct).flatten(2)
+            box = torch.exp(s(self.box(bt))).flatten(2)
+            ctr = self.ctr(bt).flatten(2)
+            outs.append(torch.cat([cls.sigmoid(), box, ctr.sigmoid()], 1))
+        return torch.cat(outs, 2).permute(0, 2, 1)
+
+
+def fcos_head():
+    """``--input-shape 3,128,128`` (see the class's docstring)."""
+    return FCOSHead()
+
+
+class SepConv(nn.Sequential):
+    def __init__(self, cin, cout):
+        super().__init__(nn.Conv2d(cin, cin, 3, 1, 1, groups=cin, bias=False), nn.Conv2d(cin, cout, 1, bias=False),
+                         nn.BatchNorm2d(cout))
+
+
+class XceptionBlock(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, 2, bias=False), nn.BatchNorm2d(cout))
+        self.body = nn.Sequential(nn.ReLU(), SepConv(cin, cout), nn.ReLU(), SepConv(cout, cout), nn.MaxPool2d(3, 2, 1))
+
+    def forward(self, x):
+        return self.body(x) + self.skip(x)
+
+
+class XceptionLite(nn.Module):
+    """Xception's entry flow and a few middle blocks; input (N, 3, 149, 149) (odd size)."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                                  nn.Conv2d(32, 64, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU())
+        self.entry = nn.Sequential(XceptionBlock(64, 128), XceptionBlock(128, 256), XceptionBlock(256, 364))
+        self.middle = nn.Sequential(*[nn.Sequential(nn.ReLU(), SepConv(364, 364)) for _ in range(3)])
+        self.fc = nn.Linear(364, 10)
+
+    def forward(self, x):
+        f = self.entry(self.stem(x))
+        f = f + self.middle(f)
+        return self.fc(F.adaptive_avg_pool2d(F.relu(f), 1).flatten(1))
+
+
+def xception_lite():
+    """``--input-shape 3,149,149`` (see the class's docstring; BatchNorm statistics calibrated)."""
+    m = XceptionLite()
+    calibrate_norms(m, (3, 149, 149))
+    return m
