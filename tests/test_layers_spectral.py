@@ -125,6 +125,14 @@ CASES = {
                  {"torch.fft.rfft"}),
     "fft_complex_input": (Fn(lambda s, x: fft.fft(torch.view_as_complex(x), dim=0).abs()), (_r(4, 3, 2),),
                           {"torch.view_as_complex", "torch.fft.fft"}),
+    # the forward transforms of a real input come from the real transform and the spectrum's
+    # Hermitian symmetry: every output in full, odd and even sizes, crops and pads, 1 and 2 points
+    "fft_real_full": (Fn(lambda s, x: (vr(fft.fft(x)), vr(fft.fft(x, n=6, dim=0, norm="ortho")), vr(fft.fft(x, n=1)),
+                                       vr(fft.fft(x, n=2, norm="forward")))), (_r(5, 7),), {"torch.fft.fft"}),
+    "fft2_real_full": (Fn(lambda s, x: (vr(fft.fft2(x)), vr(fft.fft2(x, dim=(0, 2), norm="ortho")),
+                                        vr(fft.fft2(x.transpose(1, 2))))), (_r(3, 5, 6),), {"torch.fft.fft2"}),
+    "fftn_real_pad_crop_f64": (Fn(lambda s, x: (vr(fft.fftn(x, s=(3, 5, 4))), vr(fft.fftn(x, dim=(2, 0, 1))))),
+                               (_r(2, 4, 7, dtype=torch.float64),), {"torch.fft.fftn"}),
     # n-dimensional transforms
     "fft2_s": (Fn(lambda s, x: fft.fft2(x, s=(4, 6)).real), (_r(2, 4, 5),), {"torch.fft.fft2"}),
     "ifft2_imag": (Fn(lambda s, x: fft.ifft2(fft.fft2(x)).imag + fft.ifft2(x, norm="forward").imag), (_r(2, 4, 5),),
