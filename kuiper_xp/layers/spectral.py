@@ -133,8 +133,8 @@ _FFTN = {
 
 
 def _prepare(xp: Any, x: Any, kind: str, name: str, where: str) -> tuple[Any, Any]:
-    """The input converted for ``kind`` and the dtype of the result."""
-    x = _float_input(xp, x, where)
+    """The input (already through :func:`_float_input`) converted for ``kind``, and the dtype of
+    the result."""
     if kind == "r2c":
         if _is_complex(xp, x.dtype):
             raise ShapeError(f"{where}: {name} expects a real input, got {x.dtype}")
@@ -195,13 +195,13 @@ class FFT(Layer):
         xp = self.xp
         x = args[self.slots["input"]]
         axis = _axis(self.dim, x.ndim, self.where)
+        x = _float_input(xp, x, self.where)
         m = x.shape[axis]
         n = self.n if "n" not in self.slots else to_int(args[self.slots["n"]], f"{self.where}: n")
         if n is None:
             n = 2 * (m - 1) if self.kind == "c2r" else m
         _check_points(n, self.where)
         if self.fn == "fft":
-            x = _float_input(xp, x, self.where)
             y = _real_forward(xp, x, (n,), (axis,), self.norm)
             if y is not None:
                 return y
