@@ -213,22 +213,41 @@ def stats(times_s: list[float]) -> dict:
             "times_ms": [round(float(t), 4) for t in ms]}
 
 
-#: the reference counts as ignoring its input when shifted inputs move no output by more than
+#: the reference counts as ignoring its input when perturbed inputs move no output by more than
 #: this fraction of the outputs' largest magnitude
 INSENSITIVE_REL = 1e-6
-INSENSITIVE_NOTE = ("torch's outputs did not change when every input was shifted by one element along its last "
-                    "axis: the model (random weights washing the signal out of a deep net?) ignores its input, "
-                    "so the rel err column cannot tell a wrong engine from a right one")
+INSENSITIVE_NOTE = ("torch's outputs did not change when every input was perturbed (a float input mixed with its "
+                    "neighbour along the last axis, x + 0.5 * roll(x), an integer one rolled by one element): the "
+                    "model (random weights washing the signal out of a deep net?) ignores its input, so the rel "
+                    "err column cannot tell a wrong engine from a right one")
+
+
+def perturbed_inputs(inputs: tuple) -> tuple:
+    """The inputs the sensitivity check runs: a float input plus half of itself rolled by one
+    element along its last axis (not a permutation, which a set model such as DGCNN or PointNet
+    is built to ignore, nor an affine map, which an input normalisation cancels), an integer or
+    bool input (token ids, masks) rolled by one element (so ids stay in range)."""
+    import numpy as np
+
+    out = []
+    for x in inputs:
+        if not x.ndim:
+            out.append(x)
+        elif x.dtype.kind == "f":
+            out.append((x + 0.5 * np.roll(x, 1, axis=-1)).astype(x.dtype))
+        else:
+            out.append(np.roll(x, 1, axis=-1))
+    return tuple(out)
 
 
 def insensitive_reference(runner, inputs: tuple, ref: list) -> bool:
     """Whether the reference engine's float outputs stay within INSENSITIVE_REL of ``ref`` when
-    every input is rolled by one element along its last axis (a model whose random weights wash
-    the input out, as a deep net of default-initialised layers can, passes any engine's check).
-    False when nothing can be compared (no float output, inputs that a roll leaves alone)."""
+    the inputs are perturbed (:func:`perturbed_inputs`; a model whose random weights wash the
+    input out, as a deep net of default-initialised layers can, passes any engine's check).
+    False when nothing can be compared (no float output, inputs the perturbation leaves alone)."""
     import numpy as np
 
-    shifted = tuple(np.roll(x, 1, axis=-1) if x.ndim else x for x in inputs)
+    shifted = perturbed_inputs(inputs)
     if all(np.array_equal(a, b) for a, b in zip(shifted, inputs)):
         return False
     outs = [np.asarray(o) for o in runner.outputs(runner.run(runner.prepare(shifted)))]

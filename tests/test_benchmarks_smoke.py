@@ -291,7 +291,14 @@ def test_a_reference_that_ignores_its_input_is_flagged(tmp_path):
     live = Fake(lambda a: a[..., :4] * 2)
     assert insensitive_reference(const, (x,), const.outputs(const.run((x,))))
     assert not insensitive_reference(live, (x,), live.outputs(live.run((x,))))
-    flat = np.ones((1, 3, 8), np.float32)  # (a shift changes nothing: no verdict)
+    # a set function of the last axis (a point cloud's max over its points, as DGCNN and
+    # PointNet): invariant under a roll, which a permutation is, but it does use its input
+    pointset = Fake(lambda a: a.max(axis=-1))
+    assert not insensitive_reference(pointset, (x,), pointset.outputs(pointset.run((x,))))
+    ids = np.arange(8, dtype=np.int64).reshape(1, 8)  # integer ids are rolled, and stay in range
+    assert not insensitive_reference(Fake(lambda a: a * 0.5), (ids,), [ids * 0.5])
+    assert insensitive_reference(Fake(lambda a: np.full(3, 0.25)), (ids,), [np.full(3, 0.25)])
+    flat = np.zeros((1, 3, 8), np.float32)  # (the perturbation changes nothing: no verdict)
     assert not insensitive_reference(const, (flat,), const.outputs(const.run((flat,))))
 
     (tmp_path / "deadnet.py").write_text(DEAD_MODEL)
