@@ -1232,6 +1232,9 @@ def _k_hardsigmoid(s, d, tmp):
 
 
 def _k_gelu_tanh(s, d, tmp):
+    if s.dtype == np.float32 and _use_chords():
+        _k_chords("gelu_tanh", s, d, tmp)
+        return
     t = tmp(0)
     np.multiply(s, s, out=t)
     t *= s
@@ -1253,64 +1256,86 @@ def _numpy_avx512() -> bool:
     return bool(feats.get("AVX512F"))
 
 
-#: float32 GELU by table (:func:`_gelu_table`): None = where numpy's loops lack AVX-512 (its
-#: float32 ``exp`` then costs ~1.3-2 ns an element on Zen 3 and the polynomial form's 16 other
-#: passes ~0.1-0.2 each); True / False force it on / off
-GELU_TABLE: bool | None = None
-#: the table's knots: every GELU_TABLE_STEP over [-GELU_TABLE_EDGE, GELU_TABLE_EDGE]
-GELU_TABLE_EDGE = 6.0
-GELU_TABLE_STEP = 1.0 / 1024
-_gelu_tab: tuple | None = None
-_gelu_auto: bool | None = None
-_GELU_SLOT = 48
+#: float32 GELU (both forms) by a table of chords (:func:`_chord_table`): None = where numpy's
+#: loops lack AVX-512 (its float32 ``exp`` then costs ~1.3-2 ns an element on Zen 3, ``tanh``
+#: ~3, and a numpy pass ~0.1-0.2); True / False force it on / off. (tanh itself by a table, its
+#: input clipped first: 1.9-2.1 ms against np.tanh's 1.7 over (400, 3072) on two threads.)
+CHORD_TABLES: bool | None = None
+#: the tables' knots are CHORD_STEP apart
+CHORD_STEP = 1.0 / 1024
+_chord_tabs: dict = {}
+_chord_auto: bool | None = None
+_CHORD_SLOT = 48
 
 
-def _gelu_table() -> tuple:
-    """``(pairs, n, scale, offset)``: piece i of the float32 GELU is the line ``a_i + b_i x``
-    through the exact GELU (float64, ``math.erf``) at knots ``-E + (i - 1) h`` and ``-E + i h``
-    (h = GELU_TABLE_STEP, E = GELU_TABLE_EDGE); piece 0 (x < -E, where |GELU| < 6e-9) is 0 and
-    piece n + 1 (x >= E, where x Phi(x) rounds to x in float32) is x. ``pairs`` holds (a_i,
-    b_i) as float32 pairs viewed as one float64 each, so that one gather fetches both. A chord's
-    error is h^2 / 8 * max|GELU''| (0.8) = 1e-7; with float32 rounding, 1.9e-7 of max(1, |x|)
-    over [-8, 8] against torch's float64 GELU (the polynomial form: 1.6e-7)."""
-    global _gelu_tab
-    if _gelu_tab is None:
-        edge, h = GELU_TABLE_EDGE, GELU_TABLE_STEP
+def _gelu64(v: float) -> float:
+    return v * 0.5 * (1.0 + math.erf(v * _SQRT1_2))
+
+
+def _gelu_tanh64(v: float) -> float:
+    return 0.5 * v * (1.0 + math.tanh(_SQRT_2_PI * (v + 0.044715 * v * v * v)))
+
+
+#: name -> (exact float64 function, edge E, (a, b) of the piece left of -E, of the piece from E
+#: on): |x Phi(x)| < 6e-9 left of -6 and x Phi(x) rounds to x in float32 from 6 (the tanh form
+#: alike); -inf gives 0 * -inf = NaN, torch's -inf * 0, and +inf gives +inf
+_CHORD_SPECS = {
+    "gelu": (_gelu64, 6.0, (0.0, 0.0), (0.0, 1.0)),
+    "gelu_tanh": (_gelu_tanh64, 6.0, (0.0, 0.0), (0.0, 1.0)),
+}
+
+
+def _chord_table(name: str) -> tuple:
+    """``(pairs, n, scale, offset)`` for :data:`_CHORD_SPECS` ``name``: piece i (1..n) is the
+    chord ``a_i + b_i x`` of the exact function (float64) between knots ``-E + (i - 1) h`` and
+    ``-E + i h`` (h = CHORD_STEP), with a_i taken at the knot nearer 0 (the pieces either side
+    of 0 pass through it exactly: no offset for a tiny x); pieces 0 and n + 1 are the
+    tails. ``pairs`` holds (a_i, b_i) as float32 pairs viewed as one float64 each, so that one
+    gather fetches both. A chord is within h^2 / 8 * max|f''| of f (1e-7); with
+    float32 rounding, GELU is within 1.9e-7 of max(1, |x|) of torch's float64 GELU over [-8, 8]
+    (the polynomial form: 1.8e-7)."""
+    got = _chord_tabs.get(name)
+    if got is None:
+        fn, edge, left, right = _CHORD_SPECS[name]
+        h = CHORD_STEP
         n = int(round(2 * edge / h))
-        xs = [-edge + i * h for i in range(n + 1)]
-        f = np.array([v * 0.5 * (1.0 + math.erf(v * _SQRT1_2)) for v in xs])
-        x0 = np.array(xs[:-1])
+        xs = np.array([-edge + i * h for i in range(n + 1)])
+        f = np.array([fn(float(v)) for v in xs])
         b = (f[1:] - f[:-1]) / h
-        pairs = np.zeros((n + 2, 2), np.float32)
-        pairs[1:n + 1, 0] = f[:-1] - b * x0
+        near = np.where(np.abs(xs[:-1]) <= np.abs(xs[1:]), 0, 1)  # the knot nearer 0
+        xk = np.where(near == 0, xs[:-1], xs[1:])
+        fk = np.where(near == 0, f[:-1], f[1:])
+        pairs = np.empty((n + 2, 2), np.float32)
+        pairs[1:n + 1, 0] = fk - b * xk
         pairs[1:n + 1, 1] = b
-        pairs[n + 1, 1] = 1.0
-        _gelu_tab = (pairs.view(np.float64).reshape(-1), n, 1.0 / h, edge / h + 1.0)
-    return _gelu_tab
+        pairs[0], pairs[n + 1] = left, right
+        got = _chord_tabs[name] = (pairs.view(np.float64).reshape(-1), n, 1.0 / h, edge / h + 1.0)
+    return got
 
 
-def _use_gelu_table() -> bool:
-    global _gelu_auto
-    if GELU_TABLE is not None:
-        return GELU_TABLE
-    if _gelu_auto is None:
-        _gelu_auto = not _numpy_avx512()
-    return _gelu_auto
+def _use_chords() -> bool:
+    global _chord_auto
+    if CHORD_TABLES is not None:
+        return CHORD_TABLES
+    if _chord_auto is None:
+        _chord_auto = not _numpy_avx512()
+    return _chord_auto
 
 
-def _k_gelu_table(s, d, tmp):
-    """float32 GELU in 7 passes, one a gather (see _gelu_table): 1.7-1.9 against 2.3-2.8 ms for
-    the polynomial form over (400, 3072) on 2 Zen 3 threads, 15-17 against 19.5-20.6 over
-    (25088, 384). NaN takes piece 0 (its cast is out of range; ``take`` clips) and stays NaN
-    (0 * NaN), -inf gives 0 * -inf = NaN as torch's -inf * Phi(-inf), +inf gives inf."""
-    pairs, n, scale, offset = _gelu_table()
+def _k_chords(name, s, d, tmp):
+    """float32 ``name`` by its chord table in 7 passes, one a gather (see
+    _chord_table). 2 Zen 3 threads, GELU over (400, 3072): 1.7-1.9 against 2.3-2.8 ms for the
+    polynomial form, over (25088, 384) 15-17 against 19.5-20.6; the tanh form over (400, 3072)
+    1.8-1.9 against 2.6-2.7 with np.tanh. NaN takes piece 0 (its cast to
+    int32 is out of range, and ``take`` clips) and stays NaN (b * NaN)."""
+    pairs, n, scale, offset = _chord_table(name)
     t = tmp(0)
     np.multiply(s, scale, out=t)
     t += offset
     _uclip(t, 0.0, n + 1.0, out=t)
     idx = tmp(1).view(np.int32)
     np.copyto(idx, t, casting="unsafe")  # t >= 0: truncation is the floor
-    g = _workspace((s.size,), np.float64, slot=_GELU_SLOT)
+    g = _workspace((s.size,), np.float64, slot=_CHORD_SLOT)
     np.take(pairs, idx, out=g, mode="clip")
     ab = g.view(np.float32)
     np.multiply(ab[1::2], s, out=d)
@@ -1326,8 +1351,8 @@ def _k_gelu(s, d, tmp):
             t *= s  # -inf: 0 * -inf is NaN, as torch gives
             np.multiply(t, 0.5, out=d)
             return
-    if s.dtype == np.float32 and _use_gelu_table():
-        _k_gelu_table(s, d, tmp)
+    if s.dtype == np.float32 and _use_chords():
+        _k_chords("gelu", s, d, tmp)
         return
     if s.dtype != np.float32:
         e = expr_erf(s * _SQRT1_2)
@@ -1381,7 +1406,7 @@ def _memory_order(x: np.ndarray):
     return perm, inv
 
 
-_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 2, "gelu_tanh": 1, "mish": 2,
+_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 2, "gelu_tanh": 2, "mish": 2,
             "tanh": 0}
 #: weights of the kernels' size against PARALLEL_MIN_ELEMENTS when deciding whether to split a
 #: map over the threads: the transcendental ones pay from 128 Ki elements on (measured on 2 Zen 3

@@ -622,42 +622,48 @@ def test_numpy_fast_clamp_fresh_layout_and_nan(monkeypatch):
         nf.set_num_threads(old)
 
 
-@pytest.mark.parametrize("table", [True, False], ids=["table", "polynomial"])
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh"])
+@pytest.mark.parametrize("table", [True, False], ids=["chords", "formula"])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_numpy_float32_gelu_forms_match_torch(monkeypatch, table, threads):
-    """Both float32 GELU forms of the numpy path, the table of chords (forced on) and the exp of a
-    fitted logit (forced off), against torch's float64 GELU on a dense grid over [-9, 9] (every
-    piece of the table several times, both of its ends) and at the specials: within 3e-7 of
-    max(1, |x|) (measured 1.9e-7 and 1.8e-7), NaN where torch has NaN, +inf at +inf, x beyond
-    the table's edge on the right, ~0 on the left; in place as out of place, in short chunks
-    over the threads."""
+def test_numpy_float32_chord_tables_match_torch(monkeypatch, name, table, threads):
+    """The float32 GELU chord tables of the numpy path (forced on) and the formulas they replace
+    where numpy lacks AVX-512 (forced off: the exp of a fitted logit, the tanh form), against
+    torch in float64 on a dense grid over [-12, 12] (every piece several times, both ends of the
+    tables) and at the specials: within 3e-7 of max(1, |x|) (measured 1.9e-7), GELU(+-1e-30)
+    within 1e-30 (no offset at 0), NaN where torch has NaN, +-inf as torch's, the tails (x on the right,
+    ~0 on the left); in place as out of place, in short chunks over the threads."""
     from kuiper_xp.backends import numpy_fast as nf
 
-    monkeypatch.setattr(nf, "GELU_TABLE", table)
+    ref = {"gelu": gelu, "gelu_tanh": lambda v: gelu(v, approximate="tanh")}[name]
+    monkeypatch.setattr(nf, "CHORD_TABLES", table)
     monkeypatch.setattr(nf, "UNARY_CHUNK", 1 << 16)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
-    grid = np.linspace(-9, 9, 1_000_003)
-    edge = nf.GELU_TABLE_EDGE
-    near = [edge, -edge, np.nextafter(np.float32(edge), 0), np.nextafter(np.float32(-edge), -10), 7.5, -7.5,
-            1e30, -1e30, 3.4e38, -3.4e38, 1e-30, -1e-30, 0.0, -0.0, np.inf, -np.inf, np.nan]
+    edge = nf._CHORD_SPECS[name][1]
+    grid = np.linspace(-12, 12, 1_500_007)
+    f32 = np.float32
+    near = [edge, -edge, np.nextafter(f32(edge), f32(0)), np.nextafter(f32(-edge), f32(-20)), edge + 0.5, -edge - 0.5,
+            1e30, -1e30, 3.4e38, -3.4e38, 1e-30, -1e-30, 3e-4, -3e-4, 0.0, -0.0, np.inf, -np.inf, np.nan]
     x = np.concatenate([grid, near]).astype(np.float32)
-    want = gelu(torch.from_numpy(x.astype(np.float64))).numpy()
+    want = ref(torch.from_numpy(x.astype(np.float64))).numpy()
     old = nf.set_num_threads(threads)
     try:
         with nf.compute_scope():
-            got = nf.unary("gelu", x)
+            got = nf.unary(name, x)
             inplace = x.copy()
-            assert nf.activation_inplace(inplace, "gelu") is inplace
+            assert nf.activation_inplace(inplace, name) is inplace
     finally:
         nf.set_num_threads(old)
-    assert (nf._gelu_tab is not None) or not table
+    assert (name in nf._chord_tabs) or not table
     np.testing.assert_array_equal(inplace, got)
     assert np.array_equal(np.isnan(got), np.isnan(want))
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf])
     fin = np.isfinite(want)
-    assert np.array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)])
     err = np.abs(got[fin] - want[fin]) / np.maximum(1.0, np.abs(want[fin]))
     assert float(err.max()) < 3e-7, x[fin][np.argmax(err)]
-    assert got[-11] == np.float32(1e30) and abs(float(got[-10])) < 1e-30  # x on the right, ~0 on the left
+    tiny = np.abs(x) == np.float32(1e-30)  # (the pieces either side of 0 pass through 0)
+    assert np.all(np.abs(got[tiny]) <= 1e-30) and np.all(np.sign(got[tiny]) == np.sign(x[tiny]))
+    assert got[-11] == np.float32(3.4e38) and abs(float(got[-10])) < 1e-30  # x on the right, ~0 on the left
 
 
 def test_numba_gelu_matches_numpy_path_and_torch(monkeypatch):
