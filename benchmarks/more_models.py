@@ -47,7 +47,17 @@ before): ``mobilevit``, ``squeezenet``, ``ghostnet``, ``pspnet``, ``repvgg``, ``
 ``fnet`` (Fourier mixing: the real part of torch.fft.fft2), ``rrdb`` (ESRGAN's residual dense
 blocks), ``capsnet`` (dynamic routing, unrolled), ``convlstm`` (a ConvLSTM over 6 frames),
 ``fcos_head`` (GroupNorm towers, learned per-level scales, exp) and ``xception_lite``
-(separable convolutions, odd input size)."""
+(separable convolutions, odd input size). Session 29: ``replk`` (RepLKNet-style 31x31 and 29x29
+depthwise kernels beside 5x5 ones), ``maxvit_lite`` (MBConv, block and grid attention by
+reshapes and permutes), ``edgenext_lite`` (split depthwise convolutions, cross-covariance attention
+over channels with a learned temperature), ``moe_top2`` (a mixture of experts: top-2 gates
+scattered into a dense gate matrix, experts by einsum), ``dgcnn`` (k-nearest neighbours by
+top-k of pairwise distances, a gather by flattened index, EdgeConv's max), ``pixelcnn`` (masked
+convolutions: weight * mask in forward; gated tanh * sigmoid), ``sparsemax_attn`` (sparsemax:
+sort, cumsum, a comparison with arange, gather), ``mamba_lite`` (Mamba-2's SSD in its masked
+quadratic form: cumsum, segment sums, exp, a four-operand einsum), ``adain_net`` (AdaIN style
+transfer: two inputs, instance mean and var) and ``cbam_net`` (CBAM: average and max pooled
+channel attention, mean and max over channels for spatial attention)."""
 import math
 import sys
 from pathlib import Path
@@ -2314,4 +2324,440 @@ def xception_lite():
     """``--input-shape 3,149,149`` (see the class's docstring; BatchNorm statistics calibrated)."""
     m = XceptionLite()
     calibrate_norms(m, (3, 149, 149))
+    return m
+
+
+# -- session 29: ten more architectures never run before ------------------------------------------
+# 1. RepLKNet-like: very large depthwise kernels with a small parallel kernel
+class LKBlock(nn.Module):
+    def __init__(self, c, k):
+        super().__init__()
+        self.pre = nn.Sequential(nn.BatchNorm2d(c), nn.Conv2d(c, c, 1), nn.ReLU())
+        self.large = nn.Sequential(nn.Conv2d(c, c, k, padding=k // 2, groups=c, bias=False), nn.BatchNorm2d(c))
+        self.small = nn.Sequential(nn.Conv2d(c, c, 5, padding=2, groups=c, bias=False), nn.BatchNorm2d(c))
+        self.post = nn.Conv2d(c, c, 1)
+        self.ffn = nn.Sequential(nn.BatchNorm2d(c), nn.Conv2d(c, 4 * c, 1), nn.GELU(), nn.Conv2d(4 * c, c, 1))
+
+    def forward(self, x):
+        y = self.pre(x)
+        y = F.relu(self.large(y) + self.small(y))
+        x = x + self.post(y)
+        return x + self.ffn(x)
+
+
+class RepLK(nn.Module):
+    """input (N, 3, 224, 224)"""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 3, 2, 1), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.Conv2d(64, 64, 3, 2, 1, groups=64), nn.ReLU())
+        self.s1 = LKBlock(64, 31)
+        self.down = nn.Sequential(nn.Conv2d(64, 128, 1), nn.Conv2d(128, 128, 3, 2, 1, groups=128))
+        self.s2 = LKBlock(128, 29)
+        self.head = nn.Linear(128, 100)
+
+    def forward(self, x):
+        x = self.s2(self.down(self.s1(self.stem(x))))
+        return self.head(x.mean((2, 3)))
+
+
+def replk():
+    """``--input-shape 3,224,224``."""
+    m = RepLK()
+    calibrate_norms(m, (3, 224, 224))
+    return m
+
+
+# 2. MaxViT-like: MBConv, then block attention and grid attention by reshapes
+class RelAttn(nn.Module):
+    def __init__(self, c, heads):
+        super().__init__()
+        self.h = heads
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+
+    def forward(self, x):  # (B, T, C)
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.h, c // self.h).permute(2, 0, 3, 1, 4)
+        a = (q @ k.transpose(-2, -1)) * (c // self.h) ** -0.5
+        return self.proj((a.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c))
+
+
+class MaxViTBlock(nn.Module):
+    def __init__(self, c, p=7):
+        super().__init__()
+        self.p = p
+        self.mb = nn.Sequential(nn.BatchNorm2d(c), nn.Conv2d(c, 4 * c, 1), nn.GELU(),
+                                nn.Conv2d(4 * c, 4 * c, 3, 1, 1, groups=4 * c), nn.GELU(), nn.Conv2d(4 * c, c, 1))
+        self.n1, self.a1 = nn.LayerNorm(c), RelAttn(c, c // 32)
+        self.n2, self.a2 = nn.LayerNorm(c), RelAttn(c, c // 32)
+
+    def forward(self, x):
+        x = x + self.mb(x)
+        b, c, h, w = x.shape
+        p = self.p
+        # block attention: windows of p x p
+        y = x.permute(0, 2, 3, 1).reshape(b, h // p, p, w // p, p, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, p * p, c)
+        y = y + self.a1(self.n1(y))
+        # grid attention: a p x p grid of strided pixels
+        y = y.reshape(b, h // p, w // p, p, p, c).permute(0, 3, 1, 4, 2, 5)  # b, p, gh, p, gw, c
+        y = y.reshape(b, p, h // p, p, w // p, c).permute(0, 2, 4, 1, 3, 5).reshape(-1, p * p, c)
+        y = y + self.a2(self.n2(y))
+        y = y.reshape(b, h // p, w // p, p, p, c).permute(0, 3, 1, 4, 2, 5).reshape(b, h, w, c)
+        return y.permute(0, 3, 1, 2)
+
+
+class MaxViTLite(nn.Module):
+    """input (N, 3, 224, 224)"""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 3, 2, 1), nn.BatchNorm2d(64), nn.GELU(), nn.Conv2d(64, 64, 3, 2, 1))
+        self.b1 = MaxViTBlock(64)
+        self.down = nn.Conv2d(64, 128, 2, 2)
+        self.b2 = MaxViTBlock(128)
+        self.head = nn.Sequential(nn.LayerNorm(128), nn.Linear(128, 100))
+
+    def forward(self, x):
+        x = self.b2(self.down(self.b1(self.stem(x))))
+        return self.head(x.mean((2, 3)))
+
+
+def maxvit_lite():
+    """``--input-shape 3,224,224``."""
+    m = MaxViTLite()
+    calibrate_norms(m, (3, 224, 224))
+    return m
+
+
+# 3. EdgeNeXt-style cross-covariance attention (attention over channels)
+class XCA(nn.Module):
+    def __init__(self, c, heads=4):
+        super().__init__()
+        self.h = heads
+        self.temperature = nn.Parameter(torch.rand(heads, 1, 1) + 0.5)
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.h, c // self.h).permute(2, 0, 3, 4, 1)  # b h d n
+        q = F.normalize(q, dim=-1)
+        k = F.normalize(k, dim=-1)
+        a = (q @ k.transpose(-2, -1)) * self.temperature
+        y = (a.softmax(-1) @ v).permute(0, 3, 1, 2).reshape(b, n, c)
+        return self.proj(y)
+
+
+class SDTA(nn.Module):
+    def __init__(self, c, scales=4):
+        super().__init__()
+        w = c // scales
+        self.w = w
+        self.convs = nn.ModuleList([nn.Conv2d(w, w, 3, 1, 1, groups=w) for _ in range(scales - 1)])
+        self.norm = nn.LayerNorm(c)
+        self.xca = XCA(c)
+        self.gamma = nn.Parameter(torch.rand(c) * 0.5)
+        self.mlp = nn.Sequential(nn.LayerNorm(c), nn.Linear(c, 4 * c), nn.GELU(), nn.Linear(4 * c, c))
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        parts = torch.split(x, self.w, dim=1)
+        outs, sp = [], None
+        for i, conv in enumerate(self.convs):
+            sp = parts[i] if i == 0 else sp + parts[i]
+            sp = conv(sp)
+            outs.append(sp)
+        outs.append(parts[-1])
+        y = torch.cat(outs, 1).flatten(2).transpose(1, 2)  # b n c
+        y = y + self.gamma * self.xca(self.norm(y))
+        y = y + self.mlp(y)
+        return y.transpose(1, 2).reshape(b, c, h, w)
+
+
+class EdgeNeXtLite(nn.Module):
+    """input (N, 3, 224, 224)"""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 48, 4, 4), nn.GroupNorm(1, 48))
+        self.conv = nn.Sequential(nn.Conv2d(48, 48, 7, 1, 3, groups=48), nn.Conv2d(48, 96, 1), nn.GELU(),
+                                  nn.Conv2d(96, 96, 2, 2))
+        self.sdta = SDTA(96)
+        self.head = nn.Linear(96, 100)
+
+    def forward(self, x):
+        return self.head(self.sdta(self.conv(self.stem(x))).mean((2, 3)))
+
+
+def edgenext_lite():
+    """``--input-shape 3,224,224``."""
+    return EdgeNeXtLite()
+
+
+# 4. Mixture of experts with top-2 gating (computed densely, combined by scattered gates)
+class MoE(nn.Module):
+    def __init__(self, c, experts=8, hidden=256):
+        super().__init__()
+        self.gate = nn.Linear(c, experts, bias=False)
+        self.w1 = nn.Parameter(torch.randn(experts, c, hidden) / math.sqrt(c))
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, c) / math.sqrt(hidden))
+
+    def forward(self, x):  # (B, T, C)
+        logits = self.gate(x)
+        val, idx = torch.topk(logits, 2, dim=-1)
+        gates = torch.zeros_like(logits).scatter(-1, idx, F.softmax(val, dim=-1))
+        h = F.silu(torch.einsum("btc,ech->bteh", x, self.w1))
+        y = torch.einsum("bteh,ehc->btec", h, self.w2)
+        return (y * gates.unsqueeze(-1)).sum(2)
+
+
+class MoETransformer(nn.Module):
+    """input (N, 64, 128)"""
+    def __init__(self, c=128):
+        super().__init__()
+        self.n1 = nn.LayerNorm(c)
+        self.attn = nn.MultiheadAttention(c, 4, batch_first=True)
+        self.n2 = nn.LayerNorm(c)
+        self.moe = MoE(c)
+        self.out = nn.Linear(c, 10)
+
+    def forward(self, x):
+        y = self.n1(x)
+        x = x + self.attn(y, y, y, need_weights=False)[0]
+        x = x + self.moe(self.n2(x))
+        return self.out(x.mean(1))
+
+
+def moe_top2():
+    """``--input-shape 64,128``."""
+    return MoETransformer()
+
+
+# 5. DGCNN: k-nearest-neighbour graph from pairwise distances, EdgeConv with a max over neighbours
+def knn(x, k):  # x (B, C, N)
+    inner = -2 * torch.matmul(x.transpose(2, 1), x)
+    xx = torch.sum(x ** 2, dim=1, keepdim=True)
+    pd = -xx - inner - xx.transpose(2, 1)
+    return pd.topk(k=k, dim=-1)[1]  # (B, N, k)
+
+
+def edge_features(x, k):
+    b, c, n = x.shape
+    idx = knn(x, k)
+    base = torch.arange(0, b).view(-1, 1, 1) * n
+    idx = (idx + base).view(-1)
+    xt = x.transpose(2, 1).contiguous()  # b n c
+    feat = xt.view(b * n, -1)[idx, :].view(b, n, k, c)
+    xt = xt.view(b, n, 1, c).repeat(1, 1, k, 1)
+    return torch.cat((feat - xt, xt), dim=3).permute(0, 3, 1, 2).contiguous()
+
+
+class DGCNN(nn.Module):
+    """input (N, 3, 512)"""
+    def __init__(self, k=16):
+        super().__init__()
+        self.k = k
+        self.c1 = nn.Sequential(nn.Conv2d(6, 64, 1, bias=False), nn.BatchNorm2d(64), nn.LeakyReLU(0.2))
+        self.c2 = nn.Sequential(nn.Conv2d(128, 64, 1, bias=False), nn.BatchNorm2d(64), nn.LeakyReLU(0.2))
+        self.c3 = nn.Sequential(nn.Conv1d(128, 256, 1, bias=False), nn.BatchNorm1d(256), nn.LeakyReLU(0.2))
+        self.fc = nn.Linear(512, 40)
+
+    def forward(self, x):
+        x1 = self.c1(edge_features(x, self.k)).max(dim=-1, keepdim=False)[0]
+        x2 = self.c2(edge_features(x1, self.k)).max(dim=-1, keepdim=False)[0]
+        x = self.c3(torch.cat((x1, x2), dim=1))
+        x = torch.cat((F.adaptive_max_pool1d(x, 1).view(x.size(0), -1), F.adaptive_avg_pool1d(x, 1).view(x.size(0), -1)), 1)
+        return self.fc(x)
+
+
+def dgcnn():
+    """``--input-shape 3,512``."""
+    m = DGCNN()
+    calibrate_norms(m, (3, 512))
+    return m
+
+
+# 6. PixelCNN: masked convolutions (the mask applied to the weight in forward), gated
+class MaskedConv(nn.Conv2d):
+    def __init__(self, mask_type, *args, **kw):
+        super().__init__(*args, **kw)
+        kh, kw_ = self.weight.shape[2:]
+        mask = torch.ones_like(self.weight)
+        mask[:, :, kh // 2, kw_ // 2 + (mask_type == "B"):] = 0
+        mask[:, :, kh // 2 + 1:] = 0
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight * self.mask, self.bias, self.stride, self.padding)
+
+
+class PixelCNN(nn.Module):
+    """input (N, 1, 28, 28)"""
+    def __init__(self, c=64, layers=6):
+        super().__init__()
+        self.inp = MaskedConv("A", 1, 2 * c, 7, padding=3)
+        self.layers = nn.ModuleList([MaskedConv("B", c, 2 * c, 3, padding=1) for _ in range(layers)])
+        self.out = nn.Conv2d(c, 256, 1)
+
+    def forward(self, x):
+        a, g = self.inp(x).chunk(2, 1)
+        h = torch.tanh(a) * torch.sigmoid(g)
+        for layer in self.layers:
+            a, g = layer(h).chunk(2, 1)
+            h = h + torch.tanh(a) * torch.sigmoid(g)
+        return F.log_softmax(self.out(h), dim=1)
+
+
+def pixelcnn():
+    """``--input-shape 1,28,28``."""
+    return PixelCNN()
+
+
+# 7. sparsemax attention (sort, cumsum, arange, comparisons, gather)
+def sparsemax(z, dim=-1):
+    zs, _ = torch.sort(z, dim=dim, descending=True)
+    n = z.shape[dim]
+    rng = torch.arange(1, n + 1, dtype=z.dtype).view(1, 1, 1, -1)
+    cs = zs.cumsum(dim)
+    support = (1 + rng * zs) > cs
+    k = support.sum(dim=dim, keepdim=True)
+    tau = (cs.gather(dim, k - 1) - 1) / k.to(z.dtype)
+    return torch.clamp(z - tau, min=0)
+
+
+class SparsemaxAttn(nn.Module):
+    """input (N, 48, 64)"""
+    def __init__(self, c=64, heads=4):
+        super().__init__()
+        self.h = heads
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+        self.out = nn.Linear(c, 5)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.h, c // self.h).permute(2, 0, 3, 1, 4)
+        a = sparsemax((q @ k.transpose(-2, -1)) / math.sqrt(c // self.h))
+        y = self.proj((a @ v).transpose(1, 2).reshape(b, t, c))
+        return self.out((x + y).mean(1))
+
+
+def sparsemax_attn():
+    """``--input-shape 48,64``."""
+    return SparsemaxAttn()
+
+
+# 8. Mamba-2 style SSD: selective state space in its quadratic (masked) form
+def segsum(x):  # x (..., T) -> (..., T, T): sum of x over (j, i], -inf above the diagonal
+    t = x.shape[-1]
+    cs = torch.cumsum(x, dim=-1)
+    d = cs[..., :, None] - cs[..., None, :]
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+    return d.masked_fill(~mask, -torch.inf)
+
+
+class SSD(nn.Module):
+    def __init__(self, c=128, heads=4, state=16):
+        super().__init__()
+        self.h, self.n = heads, state
+        self.inp = nn.Linear(c, 2 * c + 2 * state + heads)
+        self.conv = nn.Conv1d(c, c, 4, padding=3, groups=c)
+        self.A_log = nn.Parameter(torch.log(torch.rand(heads) * 4 + 1))
+        self.D = nn.Parameter(torch.ones(heads))
+        self.norm = nn.LayerNorm(c)
+        self.out = nn.Linear(c, c)
+
+    def forward(self, u):  # (B, T, C)
+        b, t, c = u.shape
+        z, x, B, C, dt = torch.split(self.inp(u), [c, c, self.n, self.n, self.h], dim=-1)
+        x = F.silu(self.conv(x.transpose(1, 2))[..., :t].transpose(1, 2))
+        dt = F.softplus(dt)  # (B, T, H)
+        A = -torch.exp(self.A_log)  # (H)
+        xh = x.reshape(b, t, self.h, c // self.h)
+        L = torch.exp(segsum((dt * A).transpose(1, 2)))  # (B, H, T, T)
+        scores = torch.einsum("bln,bsn->bls", C, B)  # (B, T, T)
+        y = torch.einsum("bls,bhls,bsh,bshp->blhp", scores, L, dt, xh)
+        y = y + xh * self.D[:, None]
+        y = y.reshape(b, t, c) * F.silu(z)
+        return self.out(self.norm(y))
+
+
+class MambaLite(nn.Module):
+    """input (N, 64, 128)"""
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([SSD() for _ in range(2)])
+        self.head = nn.Linear(128, 10)
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = x + blk(x)
+        return self.head(x[:, -1])
+
+
+def mamba_lite():
+    """``--input-shape 64,128``."""
+    return MambaLite()
+
+
+# 9. AdaIN style transfer: two inputs, instance statistics by mean / var
+def adain(c, s, eps=1e-5):
+    cm, cv = c.mean((2, 3), keepdim=True), c.var((2, 3), keepdim=True)
+    sm, sv = s.mean((2, 3), keepdim=True), s.var((2, 3), keepdim=True)
+    return (c - cm) / torch.sqrt(cv + eps) * torch.sqrt(sv + eps) + sm
+
+
+class AdaINNet(nn.Module):
+    """inputs (N, 3, 128, 128) twice: content and style"""
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1), nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU(),
+                                 nn.Conv2d(64, 128, 3, 2, 1), nn.ReLU())
+        self.dec = nn.Sequential(nn.Conv2d(128, 64, 3, 1, 1), nn.ReLU(), nn.Upsample(scale_factor=2),
+                                 nn.ReflectionPad2d(1), nn.Conv2d(64, 32, 3), nn.ReLU(), nn.Upsample(scale_factor=2),
+                                 nn.Conv2d(32, 3, 3, 1, 1))
+
+    def forward(self, content, style):
+        return self.dec(adain(self.enc(content), self.enc(style)))
+
+
+def adain_net():
+    """``--input-shape "3,128,128;3,128,128"``."""
+    return AdaINNet()
+
+
+# 10. CBAM on a ResNet-ish stem: channel attention (avg and max), spatial attention (mean and max)
+class CBAM(nn.Module):
+    def __init__(self, c, r=8):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Conv2d(c, c // r, 1), nn.ReLU(), nn.Conv2d(c // r, c, 1))
+        self.spatial = nn.Conv2d(2, 1, 7, padding=3)
+
+    def forward(self, x):
+        ca = torch.sigmoid(self.mlp(F.adaptive_avg_pool2d(x, 1)) + self.mlp(F.adaptive_max_pool2d(x, 1)))
+        x = x * ca
+        s = torch.cat([x.mean(1, keepdim=True), x.max(1, keepdim=True)[0]], 1)
+        return x * torch.sigmoid(self.spatial(s))
+
+
+class CBAMNet(nn.Module):
+    """input (N, 3, 224, 224)"""
+    def __init__(self):
+        super().__init__()
+        layers = [nn.Conv2d(3, 64, 7, 2, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+        c = 64
+        for co in (64, 128, 256):
+            layers += [nn.Conv2d(c, co, 3, 1 if co == 64 else 2, 1), nn.BatchNorm2d(co), nn.ReLU(),
+                       nn.Conv2d(co, co, 3, 1, 1), nn.BatchNorm2d(co), nn.ReLU(), CBAM(co)]
+            c = co
+        self.body = nn.Sequential(*layers)
+        self.fc = nn.Linear(c, 100)
+
+    def forward(self, x):
+        return self.fc(self.body(x).mean((2, 3)))
+
+
+def cbam_net():
+    """``--input-shape 3,224,224``."""
+    m = CBAMNet()
+    calibrate_norms(m, (3, 224, 224))
     return m

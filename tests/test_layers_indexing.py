@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from conftest import assert_close
 from helpers import bad_value, case_exporter
-from test_layers_misc import make_layer, t2n
+from test_layers_misc import compare_graph, make_layer, t2n
 from torch import nn
 
 import kuiper_xp
@@ -549,3 +549,25 @@ def test_cdist_differences_in_blocks(backend, monkeypatch, p):
                  t2n(torch.cdist(a, b, p, compute_mode="donot_use_mm_for_euclid_dist")), rtol=1e-5, what=f"p={p}")
     got = backend.to_numpy(cd(backend.asarray(t2n(a[:, :0])), backend.asarray(t2n(b)), p, 2))
     assert got.shape == (2, 0, 7)
+
+
+@pytest.mark.parametrize("name", ["dgcnn", "sparsemax_attn", "moe_top2", "mamba_lite"])
+def test_benchmark_set_and_sort_models_match_torch(model_backend, tmp_path, name):
+    """Session 29's survey architectures whose operators meet in ways no layer test combines,
+    small, exported by pnnx and run against torch at batch 2: DGCNN (k nearest neighbours by
+    top-k of pairwise distances, a gather by a flattened index built from arange, EdgeConv's
+    max), sparsemax attention (sort, cumsum, a comparison with arange, gather by the support
+    size), a top-2 mixture of experts (top-k gates scattered into zeros_like, experts by einsum)
+    and Mamba-2's SSD (cumsum segment sums masked by tril, exp, a four-operand einsum)."""
+    from helpers import export_module, more_models
+
+    more = more_models()
+    torch.manual_seed(0)
+    model, x = {
+        "dgcnn": lambda: (more.DGCNN(k=8), torch.randn(2, 3, 64)),
+        "sparsemax_attn": lambda: (more.SparsemaxAttn(), torch.randn(2, 12, 64)),
+        "moe_top2": lambda: (more.MoETransformer(), torch.randn(2, 10, 128)),
+        "mamba_lite": lambda: (more.MambaLite(), torch.randn(2, 16, 128)),
+    }[name]()
+    param = export_module(model.eval(), (x,), tmp_path)
+    compare_graph(param, model_backend, model, (x,), rtol=1e-4)
