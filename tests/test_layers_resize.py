@@ -331,6 +331,62 @@ def test_numpy_fast_resize_of_short_axes_as_matrix_products(monkeypatch, line, s
     assert used == []
 
 
+@pytest.mark.parametrize("line,shape", [
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bilinear scale_factor=(2.0,2.0)", (2, 3, 20, 100)),
+    ("F.interpolate op 1 1 0 1 align_corners=True mode=bilinear size=(23,197)", (1, 4, 11, 99)),
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bicubic scale_factor=(1.0,3.0)", (2, 2, 9, 70)),
+    ("F.interpolate op 1 1 0 1 align_corners=False mode=bilinear size=(13,75)", (1, 3, 30, 150)),
+])
+def test_numpy_fast_resize_of_long_last_axes_in_bands(monkeypatch, line, shape):
+    """A last axis longer than RESIZE_MATMUL_MAX_IN is taken as products per band of
+    RESIZE_BAND_COLUMNS output columns with the rows of the tap matrix that band reads (up and
+    down, odd sizes, align_corners, bicubic's four taps; a short last band), over 3 threads:
+    torch's results within float rounding and the generic gathers'; a non-finite input keeps the
+    gathers; a band of the whole input (RESIZE_BAND_MAX_K = 0) too."""
+    from kuiper_xp.backends import get_backend
+    from kuiper_xp.backends import numpy_fast as nf
+
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(nf, "RESIZE_MATMUL_MIN_OUT", 0)
+    monkeypatch.setattr(nf, "_TAP_BANDS", {})
+    used = []
+    real = nf._mm
+    monkeypatch.setattr(nf, "_mm", lambda a, b, out: used.append(b.shape) or real(a, b, out))
+    layer = make_layer(get_backend("numpy"), line)
+    x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
+    old = nf.set_num_threads(3)
+    try:
+        with nf.compute_scope():
+            fast = layer.forward(x)
+    finally:
+        nf.set_num_threads(old)
+    n_out = fast.shape[-1]
+    assert sum(b[1] for b in used) == 3 * n_out and max(b[1] for b in used) == nf.RESIZE_BAND_COLUMNS, used
+    assert max(b[0] for b in used) < shape[-1]  # each band reads part of the input only
+    with monkeypatch.context() as m:
+        m.setattr(nf, "resize_taps", lambda *a: None)
+        generic = layer.forward(x)
+    assert_close(fast, generic, rtol=1e-6)
+    mode = "bicubic" if "bicubic" in line else "bilinear"
+    kw = ({"size": tuple(int(v) for v in line.split("size=(")[1].rstrip(")").split(","))} if "size=" in line else
+          {"scale_factor": tuple(float(v) for v in line.split("scale_factor=(")[1].rstrip(")").split(","))})
+    want = F.interpolate(torch.from_numpy(x), mode=mode, align_corners="True" in line, **kw)
+    tol = 1e-5 if mode == "bicubic" else 2e-6  # (x3: torch's float32 cubic weights of 1/3 steps, as the gathers')
+    assert_close(fast, want.numpy(), rtol=tol)
+    used.clear()
+    y = x.copy()
+    y.flat[5] = np.nan
+    with nf.compute_scope():
+        layer.forward(y)
+    assert used == []
+    monkeypatch.setattr(nf, "RESIZE_BAND_MAX_K", 0)
+    monkeypatch.setattr(nf, "_TAP_BANDS", {})
+    with nf.compute_scope():
+        again = layer.forward(x)
+    assert all(b[1] != nf.RESIZE_BAND_COLUMNS or b[0] <= nf.RESIZE_MATMUL_MAX_IN for b in used), used
+    assert_close(again, want.numpy(), rtol=tol)
+
+
 @pytest.mark.parametrize("shape, r", [((2, 2 * 9, 5, 7), 3), ((1, 3 * 4, 9, 6), 2), ((3, 2, 4, 8, 4, 5), 2),
                                       ((4 * 4, 3, 5), 4)])
 def test_numpy_fast_pixel_shuffle_and_unshuffle(monkeypatch, shape, r):
