@@ -1268,15 +1268,15 @@ _chord_auto: bool | None = None
 _CHORD_SLOT = 48
 
 
-def _gelu64(v: float) -> float:
-    return v * 0.5 * (1.0 + math.erf(v * _SQRT1_2))
+def _gelu64(v: np.ndarray) -> np.ndarray:
+    return v * 0.5 * (1.0 + expr_erf(v * _SQRT1_2))  # (float64: Cody's erf, within 1e-16)
 
 
-def _gelu_tanh64(v: float) -> float:
-    return 0.5 * v * (1.0 + math.tanh(_SQRT_2_PI * (v + 0.044715 * v * v * v)))
+def _gelu_tanh64(v: np.ndarray) -> np.ndarray:
+    return 0.5 * v * (1.0 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v * v * v)))
 
 
-#: name -> (exact float64 function, edge E, (a, b) of the piece left of -E, of the piece from E
+#: name -> (float64 function of an array, edge E, (a, b) of the piece left of -E, of the piece from E
 #: on): |x Phi(x)| < 6e-9 left of -6 and x Phi(x) rounds to x in float32 from 6 (the tanh form
 #: alike); -inf gives 0 * -inf = NaN, torch's -inf * 0, and +inf gives +inf
 _CHORD_SPECS = {
@@ -1287,7 +1287,7 @@ _CHORD_SPECS = {
 
 def _chord_table(name: str) -> tuple:
     """``(pairs, n, scale, offset)`` for :data:`_CHORD_SPECS` ``name``: piece i (1..n) is the
-    chord ``a_i + b_i x`` of the exact function (float64) between knots ``-E + (i - 1) h`` and
+    chord ``a_i + b_i x`` of the function (float64) between knots ``-E + (i - 1) h`` and
     ``-E + i h`` (h = CHORD_STEP), with a_i taken at the knot nearer 0 (the pieces either side
     of 0 pass through it exactly: no offset for a tiny x); pieces 0 and n + 1 are the
     tails. ``pairs`` holds (a_i, b_i) as float32 pairs viewed as one float64 each, so that one
@@ -1299,8 +1299,8 @@ def _chord_table(name: str) -> tuple:
         fn, edge, left, right = _CHORD_SPECS[name]
         h = CHORD_STEP
         n = int(round(2 * edge / h))
-        xs = np.array([-edge + i * h for i in range(n + 1)])
-        f = np.array([fn(float(v)) for v in xs])
+        xs = -edge + h * np.arange(n + 1, dtype=np.float64)  # (h a power of two: exact knots)
+        f = fn(xs)
         b = (f[1:] - f[:-1]) / h
         near = np.where(np.abs(xs[:-1]) <= np.abs(xs[1:]), 0, 1)  # the knot nearer 0
         xk = np.where(near == 0, xs[:-1], xs[1:])
