@@ -57,7 +57,15 @@ convolutions: weight * mask in forward; gated tanh * sigmoid), ``sparsemax_attn`
 sort, cumsum, a comparison with arange, gather), ``mamba_lite`` (Mamba-2's SSD in its masked
 quadratic form: cumsum, segment sums, exp, a four-operand einsum), ``adain_net`` (AdaIN style
 transfer: two inputs, instance mean and var) and ``cbam_net`` (CBAM: average and max pooled
-channel attention, mean and max over channels for spatial attention)."""
+channel attention, mean and max over channels for spatial attention); then ``vae_decoder`` (a
+Stable-Diffusion-style VAE decoder: GroupNorm(32) + SiLU residual blocks, spatial attention by
+baddbmm/bmm, nearest up-sampling; latents ``4,16,16``), ``swinv2_lite`` (Swin-V2 windows:
+continuous position bias from a log-spaced table through an MLP, cosine attention with a
+clamped logit scale), ``yolox_head`` (a decoupled head decoding boxes against an arange/meshgrid
+grid in forward), ``odd_unet`` (a U-Net on a 97x131 input, each decoder stage interpolated to its
+skip's size), ``seq_first`` (nn.TransformerEncoder with batch_first=False, norm_first, GELU) and
+``misc_ops`` (flip, cumprod, clamp_min, remainder, floor_divide, round, logsumexp, amax, where;
+onnxruntime's export stops at cumprod)."""
 import math
 import sys
 from pathlib import Path
@@ -2327,7 +2335,7 @@ def xception_lite():
     return m
 
 
-# -- session 29: ten more architectures never run before ------------------------------------------
+# -- session 29: sixteen more architectures never run before ---------------------------------------
 # 1. RepLKNet-like: very large depthwise kernels with a small parallel kernel
 class LKBlock(nn.Module):
     def __init__(self, c, k):
@@ -2761,3 +2769,212 @@ def cbam_net():
     m = CBAMNet()
     calibrate_norms(m, (3, 224, 224))
     return m
+
+
+# 11. Stable-Diffusion-style VAE decoder piece: GroupNorm(32) + SiLU res blocks, a spatial
+# self-attention mid block with baddbmm, nearest up-sampling
+class ResnetBlock(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.n1, self.c1 = nn.GroupNorm(32, cin, eps=1e-6), nn.Conv2d(cin, cout, 3, 1, 1)
+        self.n2, self.c2 = nn.GroupNorm(32, cout, eps=1e-6), nn.Conv2d(cout, cout, 3, 1, 1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x):
+        h = self.c1(F.silu(self.n1(x)))
+        h = self.c2(F.silu(self.n2(h)))
+        return self.skip(x) + h
+
+
+class AttnBlock(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.norm = nn.GroupNorm(32, c, eps=1e-6)
+        self.q, self.k, self.v, self.o = (nn.Conv2d(c, c, 1) for _ in range(4))
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        y = self.norm(x)
+        q = self.q(y).reshape(b, c, h * w).permute(0, 2, 1)
+        k = self.k(y).reshape(b, c, h * w)
+        v = self.v(y).reshape(b, c, h * w)
+        empty = torch.empty(b, h * w, h * w, dtype=q.dtype)
+        a = torch.baddbmm(empty, q, k, beta=0, alpha=1 / math.sqrt(c)).softmax(-1)
+        y = torch.bmm(v, a.permute(0, 2, 1)).reshape(b, c, h, w)
+        return x + self.o(y)
+
+
+class VAEDecoder(nn.Module):
+    """input (N, 4, 16, 16) latents"""
+    def __init__(self):
+        super().__init__()
+        self.conv_in = nn.Conv2d(4, 128, 3, 1, 1)
+        self.mid = nn.Sequential(ResnetBlock(128, 128), AttnBlock(128), ResnetBlock(128, 128))
+        self.up1 = nn.Sequential(ResnetBlock(128, 128), nn.Upsample(scale_factor=2.0, mode="nearest"),
+                                 nn.Conv2d(128, 128, 3, 1, 1))
+        self.up2 = nn.Sequential(ResnetBlock(128, 64), nn.Upsample(scale_factor=2.0, mode="nearest"),
+                                 nn.Conv2d(64, 64, 3, 1, 1))
+        self.out = nn.Sequential(nn.GroupNorm(32, 64, eps=1e-6), nn.SiLU(), nn.Conv2d(64, 3, 3, 1, 1))
+
+    def forward(self, z):
+        return self.out(self.up2(self.up1(self.mid(self.conv_in(z / 0.18215)))))
+
+
+def vae_decoder():
+    """``--input-shape 4,16,16``."""
+    return VAEDecoder()
+
+
+# 12. Swin-V2 style attention: continuous position bias from a log-spaced coordinate table through
+# an MLP (16 * sigmoid), cosine attention with a clamped, exponentiated logit scale
+class CPBAttention(nn.Module):
+    def __init__(self, c=96, heads=3, win=8):
+        super().__init__()
+        self.h, self.win = heads, win
+        self.logit_scale = nn.Parameter(torch.log(10 * torch.ones(heads, 1, 1)))
+        self.cpb = nn.Sequential(nn.Linear(2, 128), nn.ReLU(), nn.Linear(128, heads, bias=False))
+        r = torch.arange(-(win - 1), win, dtype=torch.float32)
+        table = torch.stack(torch.meshgrid(r, r, indexing="ij")).permute(1, 2, 0).unsqueeze(0) / (win - 1) * 8
+        table = torch.sign(table) * torch.log2(table.abs() + 1.0) / math.log2(8)
+        self.register_buffer("table", table)
+        coords = torch.stack(torch.meshgrid(torch.arange(win), torch.arange(win), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (win - 1)
+        self.register_buffer("index", (rel[..., 0] * (2 * win - 1) + rel[..., 1]).flatten())
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+
+    def forward(self, x):  # (B*, T, C) windows
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, t, 3, self.h, c // self.h).permute(2, 0, 3, 1, 4)
+        a = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-2, -1)
+        a = a * torch.clamp(self.logit_scale, max=math.log(100.0)).exp()
+        bias = self.cpb(self.table).view(-1, self.h)[self.index].view(t, t, -1).permute(2, 0, 1)
+        a = a + 16 * torch.sigmoid(bias).unsqueeze(0)
+        return self.proj((a.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c))
+
+
+class SwinV2Lite(nn.Module):
+    """input (N, 3, 128, 128)"""
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Conv2d(3, 96, 4, 4)
+        self.blocks = nn.ModuleList([CPBAttention() for _ in range(2)])
+        self.norms = nn.ModuleList([nn.LayerNorm(96) for _ in range(2)])
+        self.head = nn.Linear(96, 10)
+
+    def forward(self, x):
+        x = self.embed(x)  # b, 96, 32, 32
+        b, c, h, w = x.shape
+        win = 8
+        t = x.view(b, c, h // win, win, w // win, win).permute(0, 2, 4, 3, 5, 1).reshape(-1, win * win, c)
+        for blk, norm in zip(self.blocks, self.norms):
+            t = t + norm(blk(t))  # post-norm, as Swin-V2
+        return self.head(t.reshape(b, -1, c).mean(1))
+
+
+def swinv2_lite():
+    """``--input-shape 3,128,128``."""
+    return SwinV2Lite()
+
+
+# 13. YOLOX-style decoupled head with the decoding in forward (a grid from arange/meshgrid)
+class YOLOXHead(nn.Module):
+    """input (N, 3, 160, 160)"""
+    def __init__(self, nc=20):
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1), nn.SiLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.SiLU(),
+                                      nn.Conv2d(64, 64, 3, 2, 1), nn.SiLU())
+        self.stem = nn.Conv2d(64, 64, 1)
+        self.cls = nn.Sequential(nn.Conv2d(64, 64, 3, 1, 1), nn.SiLU(), nn.Conv2d(64, nc, 1))
+        self.reg = nn.Sequential(nn.Conv2d(64, 64, 3, 1, 1), nn.SiLU())
+        self.box, self.obj = nn.Conv2d(64, 4, 1), nn.Conv2d(64, 1, 1)
+        self.stride = 8
+
+    def forward(self, x):
+        f = self.stem(self.backbone(x))
+        r = self.reg(f)
+        out = torch.cat([self.box(r), self.obj(r).sigmoid(), self.cls(f).sigmoid()], 1)
+        b, c, h, w = out.shape
+        out = out.flatten(2).permute(0, 2, 1)  # b, hw, c
+        yv, xv = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        grid = torch.stack((xv, yv), 2).view(1, -1, 2).to(out.dtype)
+        xy = (out[..., :2] + grid) * self.stride
+        wh = torch.exp(out[..., 2:4]) * self.stride
+        return torch.cat([xy, wh, out[..., 4:]], -1)
+
+
+def yolox_head():
+    """``--input-shape 3,160,160``."""
+    return YOLOXHead()
+
+
+# 14. U-Net on an odd input size: each decoder stage up-samples to its skip's size (F.interpolate
+# with size= taken from a tensor's shape)
+class OddUNet(nn.Module):
+    """input (N, 3, 97, 131)"""
+    def __init__(self):
+        super().__init__()
+        self.e1 = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1), nn.ReLU())
+        self.e2 = nn.Sequential(nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU())
+        self.e3 = nn.Sequential(nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU())
+        self.d2 = nn.Sequential(nn.Conv2d(96, 32, 3, 1, 1), nn.ReLU())
+        self.d1 = nn.Sequential(nn.Conv2d(48, 16, 3, 1, 1), nn.ReLU())
+        self.out = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        a = self.e1(x)
+        b = self.e2(a)
+        c = self.e3(b)
+        u = F.interpolate(c, size=b.shape[-2:], mode="bilinear", align_corners=False)
+        u = self.d2(torch.cat([u, b], 1))
+        u = F.interpolate(u, size=a.shape[-2:], mode="bilinear", align_corners=True)
+        return self.out(self.d1(torch.cat([u, a], 1)))
+
+
+def odd_unet():
+    """``--input-shape 3,97,131``."""
+    return OddUNet()
+
+
+# 15. sequence-first nn.TransformerEncoder (batch_first=False), norm_first, GELU
+class SeqFirst(nn.Module):
+    """input (N, 40, 64): transposed to (40, N, 64) inside"""
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, activation="gelu", norm_first=True)
+        self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.out = nn.Linear(64, 5)
+
+    def forward(self, x):
+        y = self.enc(x.transpose(0, 1))  # (T, N, C)
+        return self.out(y[-1])
+
+
+def seq_first():
+    """``--input-shape 40,64``."""
+    return SeqFirst()
+
+
+# 16. miscellaneous elementwise and scan ops: flip, cumprod, clamp_min, floor_divide, remainder,
+# round, chunk/stack, logsumexp, amax, where
+class MiscOps(nn.Module):
+    """input (N, 16, 32)"""
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(32, 32)
+
+    def forward(self, x):
+        y = self.lin(x)
+        a, b = torch.chunk(y, 2, dim=-1)
+        s = torch.stack([a, torch.flip(b, dims=[1])], 0).sum(0)
+        p = torch.cumprod(torch.sigmoid(s) + 0.5, dim=1)
+        q = torch.clamp_min(p, 0.75) + torch.remainder(s * 3, 2.0) - torch.floor_divide(s * 4, 3)
+        r = torch.round(q * 10) / 10
+        lse = torch.logsumexp(y, dim=-1, keepdim=True)
+        m = torch.amax(y, dim=1, keepdim=True)
+        return torch.where(r > 1, r, lse) + m[..., :16]
+
+
+def misc_ops():
+    """``--input-shape 16,32``."""
+    return MiscOps()
