@@ -4478,10 +4478,17 @@ def _tap_matrix(taps, n_in: int, dtype) -> np.ndarray:
 #: a last axis of more than RESIZE_MATMUL_MAX_IN input samples is still taken as matrix products
 #: when its taps are local: one per block of RESIZE_BAND_COLUMNS output columns, with the rows of
 #: the tap matrix that block reads (at most RESIZE_BAND_MAX_K on average: a bilinear x2 reads 17
-#: for 32 outputs, a /2 reduction 65). 2 Zen 3 threads, bilinear 100 -> 200 along the last axis of
-#: (128, 200, 100): 6.9 ms by gathers, 6.8 as one product with the whole matrix, 4.1 in bands
+#: for 32 outputs, a /2 reduction 65). 2 Zen 3 threads, bands against the gathers (and the whole
+#: matrix at 64 samples), the two alternated call by call, medians: bilinear (4, 32, 49, 66) to
+#: 97x131 0.62-0.70 of the time, (1, 256, 64, 64) to 128x128 0.84-0.92, (1, 128, 100, 100) to
+#: 200x200 0.75-0.84, (8, 64, 100, 100) 0.79, (1, 64, 120, 160) to 240x320 0.73-0.75, bicubic
+#: (1, 3, 224, 224) to 448x448 0.52-0.56 (without the row blocks below, 0.95-1.19 and 1.07-1.12
+#: for the two largest)
 RESIZE_BAND_COLUMNS = 32
 RESIZE_BAND_MAX_K = 96
+#: ... the bands of a block of rows of about this many bytes (input and output rows) at a time
+#: (1-8 MiB measured alike; 256 KiB made too many small products)
+RESIZE_BAND_ROWS_BYTES = 4 << 20
 _TAP_BANDS: dict[int, tuple] = {}
 
 
@@ -4521,10 +4528,13 @@ def _resize_axis_matmul(cur: np.ndarray, out: np.ndarray, taps, axis: int) -> No
     bands = _tap_bands(taps, n_in, cur.dtype) if axis == cur.ndim - 1 else None
     if bands:
         src, dst = cur.reshape(-1, n_in), out.reshape(-1, n_out)
+        step = max(64, RESIZE_BAND_ROWS_BYTES // ((n_in + n_out) * cur.dtype.itemsize))
 
         def rows(lo, hi):
-            for j0, j1, c0, c1, block in bands:  # type: ignore[union-attr]
-                _mm(src[lo:hi, c0:c1], block, dst[lo:hi, j0:j1])
+            for r0 in range(lo, hi, step):  # (every band of a block of rows while it is in cache)
+                r1 = min(hi, r0 + step)
+                for j0, j1, c0, c1, block in bands:  # type: ignore[union-attr]
+                    _mm(src[r0:r1, c0:c1], block, dst[r0:r1, j0:j1])
         _parallel(rows, src.shape[0], out.size * RESIZE_BAND_COLUMNS)
         return
     m = _tap_matrix(taps, n_in, cur.dtype)

@@ -4,6 +4,8 @@ pixel shuffle / unshuffle; plus pnnx exports of the real spellings."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -340,7 +342,8 @@ def test_numpy_fast_resize_of_short_axes_as_matrix_products(monkeypatch, line, s
 def test_numpy_fast_resize_of_long_last_axes_in_bands(monkeypatch, line, shape):
     """A last axis longer than RESIZE_MATMUL_MAX_IN is taken as products per band of
     RESIZE_BAND_COLUMNS output columns with the rows of the tap matrix that band reads (up and
-    down, odd sizes, align_corners, bicubic's four taps; a short last band), over 3 threads:
+    down, odd sizes, align_corners, bicubic's four taps; a short last band), in blocks of rows
+    (every output made once), over 3 threads:
     torch's results within float rounding and the generic gathers'; a non-finite input keeps the
     gathers; a band of the whole input (RESIZE_BAND_MAX_K = 0) too."""
     from kuiper_xp.backends import get_backend
@@ -349,9 +352,10 @@ def test_numpy_fast_resize_of_long_last_axes_in_bands(monkeypatch, line, shape):
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     monkeypatch.setattr(nf, "RESIZE_MATMUL_MIN_OUT", 0)
     monkeypatch.setattr(nf, "_TAP_BANDS", {})
+    monkeypatch.setattr(nf, "RESIZE_BAND_ROWS_BYTES", 1)  # (blocks of 64 rows: several per thread)
     used = []
     real = nf._mm
-    monkeypatch.setattr(nf, "_mm", lambda a, b, out: used.append(b.shape) or real(a, b, out))
+    monkeypatch.setattr(nf, "_mm", lambda a, b, out: used.append((a.shape[0],) + b.shape) or real(a, b, out))
     layer = make_layer(get_backend("numpy"), line)
     x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
     old = nf.set_num_threads(3)
@@ -361,8 +365,10 @@ def test_numpy_fast_resize_of_long_last_axes_in_bands(monkeypatch, line, shape):
     finally:
         nf.set_num_threads(old)
     n_out = fast.shape[-1]
-    assert sum(b[1] for b in used) == 3 * n_out and max(b[1] for b in used) == nf.RESIZE_BAND_COLUMNS, used
-    assert max(b[0] for b in used) < shape[-1]  # each band reads part of the input only
+    rows = math.prod(fast.shape[:-1])
+    assert sum(r * w for r, _, w in used) == rows * n_out  # every output once
+    assert max(w for _, _, w in used) == nf.RESIZE_BAND_COLUMNS and max(r for r, _, _ in used) <= 64, used
+    assert max(k for _, k, _ in used) < shape[-1]  # each band reads part of the input only
     with monkeypatch.context() as m:
         m.setattr(nf, "resize_taps", lambda *a: None)
         generic = layer.forward(x)
@@ -383,7 +389,7 @@ def test_numpy_fast_resize_of_long_last_axes_in_bands(monkeypatch, line, shape):
     monkeypatch.setattr(nf, "_TAP_BANDS", {})
     with nf.compute_scope():
         again = layer.forward(x)
-    assert all(b[1] != nf.RESIZE_BAND_COLUMNS or b[0] <= nf.RESIZE_MATMUL_MAX_IN for b in used), used
+    assert all(w != nf.RESIZE_BAND_COLUMNS or k <= nf.RESIZE_MATMUL_MAX_IN for _, k, w in used), used
     assert_close(again, want.numpy(), rtol=tol)
 
 
