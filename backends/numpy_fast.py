@@ -1324,9 +1324,10 @@ def _use_chords() -> bool:
 
 def _k_chords(name, s, d, tmp):
     """float32 ``name`` by its chord table in 7 passes, one a gather (see
-    _chord_table). 2 Zen 3 threads, GELU over (400, 3072): 1.7-1.9 against 2.3-2.8 ms for the
-    polynomial form, over (25088, 384) 15-17 against 19.5-20.6; the tanh form over (400, 3072)
-    1.8-1.9 against 2.6-2.7 with np.tanh. NaN takes piece 0 (its cast to
+    _chord_table). 2 Zen 3 threads, the two forms alternated call by call, medians: GELU 0.85-0.87
+    of the polynomial form's time over (400, 3072), (3136, 384), (1, 256, 56, 56) and (8, 197,
+    3072); the tanh form 0.78-0.92 of np.tanh's (in runs one after the other, which this VM's
+    drift favours: 1.7-1.9 against 2.3-2.8 ms over (400, 3072)). NaN takes piece 0 (its cast to
     int32 is out of range, and ``take`` clips) and stays NaN (b * NaN)."""
     pairs, n, scale, offset = _chord_table(name)
     t = tmp(0)
