@@ -1302,9 +1302,9 @@ def _chord_table(name: str) -> tuple:
         xs = -edge + h * np.arange(n + 1, dtype=np.float64)  # (h a power of two: exact knots)
         f = fn(xs)
         b = (f[1:] - f[:-1]) / h
-        near = np.where(np.abs(xs[:-1]) <= np.abs(xs[1:]), 0, 1)  # the knot nearer 0
-        xk = np.where(near == 0, xs[:-1], xs[1:])
-        fk = np.where(near == 0, f[:-1], f[1:])
+        at_end = np.abs(xs[1:]) < np.abs(xs[:-1])  # the knot nearer 0 is a piece's right end
+        xk = np.where(at_end, xs[1:], xs[:-1])
+        fk = np.where(at_end, f[1:], f[:-1])
         pairs = np.empty((n + 2, 2), np.float32)
         pairs[1:n + 1, 0] = fk - b * xk
         pairs[1:n + 1, 1] = b
@@ -1326,7 +1326,7 @@ def _k_chords(name, s, d, tmp):
     """float32 ``name`` by its chord table in 7 passes, one a gather (see
     _chord_table). 2 Zen 3 threads, the two forms alternated call by call, medians: GELU 0.85-0.87
     of the polynomial form's time over (400, 3072), (3136, 384), (1, 256, 56, 56) and (8, 197,
-    3072); the tanh form 0.78-0.92 of np.tanh's (in runs one after the other, which this VM's
+    3072); the tanh form 0.78-0.92 of its np.tanh form's (in runs one after the other, which this VM's
     drift favours: 1.7-1.9 against 2.3-2.8 ms over (400, 3072)). NaN takes piece 0 (its cast to
     int32 is out of range, and ``take`` clips) and stays NaN (b * NaN)."""
     pairs, n, scale, offset = _chord_table(name)
@@ -4483,8 +4483,8 @@ def _tap_matrix(taps, n_in: int, dtype) -> np.ndarray:
 #: matrix at 64 samples), the two alternated call by call, medians: bilinear (4, 32, 49, 66) to
 #: 97x131 0.62-0.70 of the time, (1, 256, 64, 64) to 128x128 0.84-0.92, (1, 128, 100, 100) to
 #: 200x200 0.75-0.84, (8, 64, 100, 100) 0.79, (1, 64, 120, 160) to 240x320 0.73-0.75, bicubic
-#: (1, 3, 224, 224) to 448x448 0.52-0.56 (without the row blocks below, 0.95-1.19 and 1.07-1.12
-#: for the two largest)
+#: (1, 3, 224, 224) to 448x448 0.52-0.56 (without the row blocks below, (1, 256, 64, 64) took
+#: 0.95-1.19 and (8, 64, 100, 100) 1.07-1.12: each band read all the rows from memory)
 RESIZE_BAND_COLUMNS = 32
 RESIZE_BAND_MAX_K = 96
 #: ... the bands of a block of rows of about this many bytes (input and output rows) at a time
