@@ -645,14 +645,9 @@ def test_numpy_float32_chord_tables_match_torch(monkeypatch, name, table, thread
             1e30, -1e30, 3.4e38, -3.4e38, 1e-30, -1e-30, 3e-4, -3e-4, 0.0, -0.0, np.inf, -np.inf, np.nan]
     x = np.concatenate([grid, near]).astype(np.float32)
     want = ref(torch.from_numpy(x.astype(np.float64))).numpy()
-    old = nf.set_num_threads(threads)
-    try:
-        with nf.compute_scope():
-            got = nf.unary(name, x)
-            inplace = x.copy()
-            assert nf.activation_inplace(inplace, name) is inplace
-    finally:
-        nf.set_num_threads(old)
+    got = in_fast_scope(nf, lambda: nf.unary(name, x), threads)
+    inplace = x.copy()
+    assert in_fast_scope(nf, lambda: nf.activation_inplace(inplace, name), threads) is inplace
     assert (name in nf._chord_tabs) or not table
     np.testing.assert_array_equal(inplace, got)
     assert np.array_equal(np.isnan(got), np.isnan(want))

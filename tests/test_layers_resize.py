@@ -346,6 +346,7 @@ def test_numpy_fast_resize_of_long_last_axes_in_bands(monkeypatch, line, shape):
     (every output made once), over 3 threads:
     torch's results within float rounding and the generic gathers'; a non-finite input keeps the
     gathers; a band of the whole input (RESIZE_BAND_MAX_K = 0) too."""
+    from helpers import in_fast_scope
     from kuiper_xp.backends import get_backend
     from kuiper_xp.backends import numpy_fast as nf
 
@@ -358,12 +359,7 @@ def test_numpy_fast_resize_of_long_last_axes_in_bands(monkeypatch, line, shape):
     monkeypatch.setattr(nf, "_mm", lambda a, b, out: used.append((a.shape[0],) + b.shape) or real(a, b, out))
     layer = make_layer(get_backend("numpy"), line)
     x = np.random.default_rng(9).standard_normal(shape).astype(np.float32)
-    old = nf.set_num_threads(3)
-    try:
-        with nf.compute_scope():
-            fast = layer.forward(x)
-    finally:
-        nf.set_num_threads(old)
+    fast = in_fast_scope(nf, lambda: layer.forward(x))
     n_out = fast.shape[-1]
     rows = math.prod(fast.shape[:-1])
     assert sum(r * w for r, _, w in used) == rows * n_out  # every output once
