@@ -14,6 +14,8 @@ decline by returning None). What is here:
   cuBLAS GEMM (depthwise: a direct kernel), concatenation as slice copies, matrix products
   through cuBLAS called directly; none copies host data to the device or goes through cupy's
   cuBLAS binding, so that a forward pass can be captured as a CUDA graph (``cupy_backend``).
+* ``range_check(index, lo, hi, k, code)``: a deferred index range check (kuiper_xp.layers.checks)
+  as one kernel that clips the index and sets the pass's status flag.
 * ``fuse_expression(tree)``: a whole ``pnnx.Expression`` tree of arithmetic and float functions
   (``add(@0,mul(@1,sigmoid...))``...) compiled at build into one ``cupy.ElementwiseKernel``
   (broadcasting as the Array API does); it runs when every input is a cupy array of one float
@@ -37,7 +39,7 @@ import numpy as np
 from .base import concat_shape
 
 __all__ = ["UNARY_ACTIVATIONS", "unary", "activation_inplace", "clamp", "fuse_expression",
-           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul", "linear"]
+           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul", "linear", "range_check"]
 
 _FLOATS = (cupy.dtype("float32"), cupy.dtype("float64"))
 
@@ -385,6 +387,37 @@ def concat(xs: Any, axis: int) -> Any:
             out[lead + (slice(off, off + m),)] = a
         off += m
     return out
+
+
+# -- range checks -----------------------------------------------------------------------------
+# kuiper_xp.layers.checks defers a pass's index range checks on a GPU to one flag read when the
+# pass ends. Made of cupy's comparisons, ``any`` and ``where``, each check took 5 kernels, and
+# cupy's ``any`` is a CUB block reduction that NVRTC compiles with the CUB headers for each class
+# of index length (seconds each, on a first call: BERT's first call grew from 0.8 to 4.6 s). One
+# elementwise kernel, compiled once per index dtype, clips the index and sets the pass's status.
+_RANGE_CHECK = cupy.ElementwiseKernel(
+    "I x, int64 lo, int64 hi, int32 k", "I y, raw int32 code",
+    """
+    const long long v = (long long)x;
+    if (v < lo || v >= hi) {
+        atomicCAS(&code[0], 0, k);
+        y = (I)(v < lo ? lo : hi - 1);
+    } else {
+        y = x;
+    }
+    """,
+    "kuiper_xp_range_check")
+
+
+def range_check(index: Any, lo: int, hi: int, k: int, code: Any) -> Any:
+    """``index`` clipped into ``[lo, hi)`` as a fresh array, setting ``code[0]`` to ``k`` where it
+    is still 0 and an entry is outside (kernels run in stream order, so the first failing check of
+    a pass keeps its number); None for anything but a signed or unsigned integer cupy array."""
+    if not isinstance(index, cupy.ndarray) or index.dtype.kind not in "iu" or index.dtype == cupy.uint64:
+        return None  # (uint64 past 2**63 would read as negative: the generic comparisons)
+    y = cupy.empty_like(index)
+    _RANGE_CHECK(index, lo, hi, k, y, code)
+    return y
 
 
 # -- matrix products -----------------------------------------------------------------------------

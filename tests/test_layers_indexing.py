@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import numpy as np
 import pytest
@@ -311,15 +312,43 @@ LOOKUP_ERRORS = [  # (input position, bad value, the error)
 ]
 
 
+class _NumpyRangeKernel:
+    """A backend's ``fast`` holding a ``range_check`` kernel written with numpy (on numpy legs;
+    cupy's is the real one): the protocol of kuiper_xp.layers.checks.PendingChecks.check."""
+
+    def __init__(self, fast):
+        self._fast, self.calls = fast, 0
+
+    def __getattr__(self, name):
+        return getattr(self._fast, name)
+
+    def range_check(self, index, lo, hi, k, code):
+        if not isinstance(index, np.ndarray):
+            return None
+        self.calls += 1
+        if code[0] == 0 and ((index < lo) | (index >= hi)).any():
+            code[0] = k
+        return np.clip(index, lo, hi - 1)
+
+
+@pytest.mark.parametrize("kernel", [False, True], ids=["generic", "kernel"])
 @pytest.mark.parametrize("replayed", [False, True], ids=["eager", "replayed"])
-def test_range_checks_deferred_to_the_end_of_a_pass(exported, backend, replayed):
+def test_range_checks_deferred_to_the_end_of_a_pass(exported, backend, replayed, kernel):
     """Where reading device values on the host is not cheap (a GPU: the check would stop the
     device and a CUDA-graph capture), a pass's range checks are flags on the device, read once
     when the pass ends (kuiper_xp.layers.checks): the same results as torch, and each bad index
     still a ShapeError naming its operator, also when the pass comes from a replayer (the flags
-    its last output)."""
+    its last output). ``kernel``: through the backend's one-kernel ``fast.range_check`` (cupy's;
+    a numpy stand-in on the numpy legs), else the generic comparisons."""
     deferred = copy.copy(backend)
     deferred.cheap_host_reads = False
+    has_kernel = getattr(backend.fast, "range_check", None) is not None
+    if kernel and not has_kernel:
+        if backend.name != "numpy":
+            pytest.skip("this backend has no range-check kernel")
+        deferred.fast = _NumpyRangeKernel(backend.fast)
+    elif not kernel and has_kernel:
+        deferred.fast = None
     g = kuiper_xp.load(exported("lookups"), backend=deferred)
     if replayed:
         runs = []
@@ -335,8 +364,18 @@ def test_range_checks_deferred_to_the_end_of_a_pass(exported, backend, replayed)
         with pytest.raises(ShapeError, match=error):
             g(*args)
     assert not replayed or len(runs) == 1 + len(LOOKUP_ERRORS)
-    # the same errors with the bad value named where the checks read the host
+    if isinstance(deferred.fast, _NumpyRangeKernel):
+        assert deferred.fast.calls >= 1 + len(LOOKUP_ERRORS)  # (used in every pass)
+    # two bad lookups in one pass: the first in the pass's order is named, as the host checks do
+    args = [t2n(t) for t in inputs]
+    args[1], args[2] = np.array([[0, 9, 3]]), np.array([[6, 0], [1, 2]])
     plain = kuiper_xp.load(exported("lookups"), backend=backend)
+    with pytest.raises(ShapeError) as first:
+        plain(*args)
+    error = next(e for _, _, e in LOOKUP_ERRORS[:2] if re.search(e, str(first.value)))
+    with pytest.raises(ShapeError, match=error):
+        g(*args)
+    # the same errors with the bad value named where the checks read the host
     args = [t2n(t) for t in inputs]
     args[1] = np.array([[0, 9, 3]])
     with pytest.raises(ShapeError, match=rf"index {bad_value(backend, 9)}is out of range for an embedding table"):

@@ -7,7 +7,9 @@ the CPU; on a GPU it waits for the device and makes a forward pass impossible to
 graph. There (a backend whose ``cheap_host_reads`` is False) :class:`~kuiper_xp.runtime.graph.Graph`
 runs each pass inside :func:`deferring`: a check then only computes an "any index bad" flag on the
 device and hands it to the pass's :class:`PendingChecks`, and the lookup goes on with the index
-clipped into range; the graph reads the pass's one status value when the pass is done (a
+clipped into range. A backend may give one kernel that does both (``fast.range_check``: CuPy's
+``any`` is a CUB reduction compiled anew for each class of index length, seconds each on a
+first call); else they are the Array API's comparisons, ``any`` and ``where``. The graph reads the pass's one status value when the pass is done (a
 replayed CUDA graph included) and raises the first failing check's
 :class:`~kuiper_xp.errors.ShapeError`, which names the layer (the pass's results are dropped with
 it). A layer called outside a graph pass checks on the host at once.
@@ -29,12 +31,34 @@ class PendingChecks:
     """The checks deferred during one pass: ``code`` (a 0-d int32 device array, or None when no
     check ran) holds 0, or k for the first failing check, whose message is ``messages[k - 1]``."""
 
-    __slots__ = ("xp", "device", "code", "messages")
+    __slots__ = ("xp", "device", "kernel", "code", "messages")
 
-    def __init__(self, xp: Any, device: Any):
-        self.xp, self.device = xp, device
+    def __init__(self, xp: Any, device: Any, kernel: Callable | None = None):
+        self.xp, self.device, self.kernel = xp, device, kernel
         self.code: Any = None
         self.messages: list[str] = []
+
+    def check(self, index: Any, lo: int, hi: int, message: str) -> Any:
+        """Record the check that every entry of ``index`` is in ``[lo, hi)``; the index clipped
+        into that range (so that no lookup leaves its array before the error is raised)."""
+        if self.kernel is not None:
+            # kernel(index, lo, hi, k, code): the clipped index, or None where it declines; it
+            # sets code[0] to k if code is still 0 and an entry fails (checks run in stream order)
+            code = self.code
+            if code is None:
+                code = self.xp.zeros((), dtype=self.xp.int32, device=self.device)
+            # (the kernel writes through a one-element view)
+            out = self.kernel(index, lo, hi, len(self.messages) + 1, self.xp.reshape(code, (1,)))
+            if out is not None:
+                self.code = code
+                self.messages.append(message)
+                return out
+        xp = self.xp
+        self.add(xp.logical_or(index < lo, index >= hi), message)
+        # (not xp.clip: array-api-compat's clip assigns through a boolean mask, which reads the
+        # mask's count on the host)
+        bounds = [xp.full((), v, dtype=index.dtype, device=self.device) for v in (lo, hi - 1)]
+        return xp.minimum(xp.maximum(index, bounds[0]), bounds[1])
 
     def add(self, bad: Any, message: str) -> None:
         """Record a check: ``bad`` a boolean device array, true where an entry fails."""
@@ -57,10 +81,11 @@ def raise_failed(code: Any, messages: list[str]) -> None:
 
 
 @contextmanager
-def deferring(xp: Any, device: Any):
-    """Defer this thread's range checks into a fresh :class:`PendingChecks` (yielded)."""
+def deferring(xp: Any, device: Any, kernel: Callable | None = None):
+    """Defer this thread's range checks into a fresh :class:`PendingChecks` (yielded), made
+    with the backend's ``kernel`` where it has one (see :meth:`PendingChecks.check`)."""
     prev = getattr(_tls, "pending", None)
-    pending = _tls.pending = PendingChecks(xp, device)
+    pending = _tls.pending = PendingChecks(xp, device, kernel)
     try:
         yield pending
     finally:
@@ -78,11 +103,7 @@ def check_range(xp: Any, index: Any, lo: int, hi: int,
         return index, hi
     pending = getattr(_tls, "pending", None)
     if pending is not None:
-        pending.add(xp.logical_or(index < lo, index >= hi), message(None))
-        # (not xp.clip: array-api-compat's clip assigns through a boolean mask, which reads the
-        # mask's count on the host)
-        bounds = [xp.full((), v, dtype=index.dtype, device=pending.device) for v in (lo, hi - 1)]
-        return xp.minimum(xp.maximum(index, bounds[0]), bounds[1]), None
+        return pending.check(index, lo, hi, message(None)), None
     mn, mx = int(xp.min(index)), int(xp.max(index))
     if mn < lo or mx >= hi:
         raise ShapeError(message(mn if mn < lo else mx))

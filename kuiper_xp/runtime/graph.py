@@ -777,7 +777,8 @@ class Graph:
         to its end (kuiper_xp.layers.checks); else nothing."""
         if self.backend.cheap_host_reads:
             return contextlib.nullcontext()
-        return deferring(self.backend.xp, self.backend.device)
+        return deferring(self.backend.xp, self.backend.device,
+                         getattr(self.backend.fast, "range_check", None))
 
     def _execute(self, env: list[Any], profile: bool) -> None:
         timings: list[tuple[str, str, float]] = []
