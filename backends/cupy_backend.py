@@ -239,12 +239,26 @@ class CudaGraphs:
         return outs
 
 
+_differ_kernel: list = []
+
+
 def _bitwise_equal(cp: Any, a: Any, b: Any) -> bool:
+    """``array_equal(a, b, equal_nan=True)`` by one elementwise kernel that raises a flag (cupy's
+    own is a CUB reduction, compiled by NVRTC for each class of array length: seconds per output
+    shape on the first capture, on a fresh machine)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.dtype.kind in "fc":
+    if a.dtype.kind not in "fiub":
         return bool(cp.array_equal(a, b, equal_nan=True))
-    return bool(cp.array_equal(a, b))
+    if not a.size:
+        return True
+    if not _differ_kernel:
+        _differ_kernel.append(cp.ElementwiseKernel(
+            "T a, T b", "raw int32 flag",
+            "if (!(a == b || (a != a && b != b))) atomicExch(&flag[0], 1);", "kuiper_xp_differ"))
+    flag = cp.zeros((1,), dtype=cp.int32)
+    _differ_kernel[0](a, b, flag)
+    return not int(flag[0])
 
 
 def _index(device: Any) -> int:

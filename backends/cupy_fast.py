@@ -240,46 +240,65 @@ def fuse_expression(tree: Any) -> FusedExpression | None:
 # table of pointers from the host): an im2col kernel that reads the zero padding in place, one 2-D
 # cuBLAS GEMM per group, and an epilogue kernel (NCHW order + bias); depthwise convolutions are one
 # direct kernel. The fused activation then runs in place (one kernel).
+# Index arithmetic is 32-bit (a plan sends larger arrays to the generic code): 64-bit integer
+# division is a long subroutine on a GPU, and ten of them per element made the im2col kernel
+# compute-bound (half of ResNet-18's GPU time at batch 8 on an H100).
+_INT32_MAX = 2**31 - 1
+
+# one thread per (input channel c, output position p): reads its kh*kw taps of x (the padding as
+# zeros, in place) and writes them down column p of rows c*kh*kw ... of col (G, Cg*kh*kw, N*Ho*Wo)
+# (neighbouring threads write neighbouring addresses)
 _IM2COL = cupy.ElementwiseKernel(
-    "raw T x, int64 N, int64 C, int64 H, int64 W, int64 Ho, int64 Wo, int64 kh, int64 kw, "
-    "int64 sh, int64 sw, int64 dh, int64 dw, int64 ph, int64 pw, int64 Cg",
-    "T col",
+    "raw T x, int32 N, int32 C, int32 H, int32 W, int32 Ho, int32 Wo, int32 kh, int32 kw, "
+    "int32 sh, int32 sw, int32 dh, int32 dw, int32 ph, int32 pw",
+    "raw T col",
     """
-    const long long P = N * Ho * Wo, K = Cg * kh * kw;
-    const long long p = i % P, r = i / P;
-    const long long k = r % K, g = r / K;
-    const long long kx = k % kw, ky = (k / kw) % kh, c = g * Cg + k / (kh * kw);
-    const long long ox = p % Wo, oy = (p / Wo) % Ho, n = p / (Ho * Wo);
-    const long long iy = oy * sh - ph + ky * dh, ix = ox * sw - pw + kx * dw;
-    col = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[((n * C + c) * H + iy) * W + ix] : T(0);
+    const int P = N * Ho * Wo;
+    const int t = (int)i;
+    const int p = t % P, c = t / P;
+    const int ox = p % Wo, q = p / Wo, oy = q % Ho, n = q / Ho;
+    const T* xc = &x[((long long)n * C + c) * H * W];
+    T* out = &col[(long long)c * (kh * kw) * P + p];
+    const int y0 = oy * sh - ph, x0 = ox * sw - pw;
+    for (int ky = 0; ky < kh; ++ky) {
+        const int iy = y0 + ky * dh;
+        const bool row = iy >= 0 && iy < H;
+        for (int kx = 0; kx < kw; ++kx) {
+            const int ix = x0 + kx * dw;
+            *out = (row && ix >= 0 && ix < W) ? xc[iy * W + ix] : T(0);
+            out += P;
+        }
+    }
     """,
     "kuiper_xp_im2col")
 
 # y (N, O, P1) from the GEMM's (O, N*P1) + bias
 _EPILOGUE = cupy.ElementwiseKernel(
-    "raw T src, raw T bias, int64 O, int64 N, int64 P1",
+    "raw T src, raw T bias, int32 O, int32 N, int32 P1",
     "T y",
     """
-    const long long p = i % P1, o = (i / P1) % O, n = i / (P1 * O);
-    y = src[(o * N + n) * P1 + p] + bias[o];
+    const int t = (int)i;
+    const int p = t % P1, q = t / P1, o = q % O, n = q / O;
+    y = src[((long long)o * N + n) * P1 + p] + bias[o];
     """,
     "kuiper_xp_conv_epilogue")
 
 _DEPTHWISE = cupy.ElementwiseKernel(
-    "raw T x, raw T w, raw T bias, int64 C, int64 H, int64 W, int64 O, int64 Ho, int64 Wo, "
-    "int64 kh, int64 kw, int64 sh, int64 sw, int64 dh, int64 dw, int64 ph, int64 pw, int64 mult",
+    "raw T x, raw T w, raw T bias, int32 C, int32 H, int32 W, int32 O, int32 Ho, int32 Wo, "
+    "int32 kh, int32 kw, int32 sh, int32 sw, int32 dh, int32 dw, int32 ph, int32 pw, int32 mult",
     "T y",
     """
-    const long long ox = i % Wo, oy = (i / Wo) % Ho, o = (i / (Wo * Ho)) % O, n = i / (Wo * Ho * O);
-    const long long c = o / mult;
-    const T* xc = &x[(n * C + c) * H * W];
-    const T* wo = &w[o * kh * kw];
+    const int t = (int)i;
+    const int ox = t % Wo, q1 = t / Wo, oy = q1 % Ho, q2 = q1 / Ho, o = q2 % O, n = q2 / O;
+    const int c = o / mult;
+    const T* xc = &x[((long long)n * C + c) * H * W];
+    const T* wo = &w[(long long)o * kh * kw];
     T acc = bias[o];
-    for (long long ky = 0; ky < kh; ++ky) {
-        const long long iy = oy * sh - ph + ky * dh;
+    for (int ky = 0; ky < kh; ++ky) {
+        const int iy = oy * sh - ph + ky * dh;
         if (iy < 0 || iy >= H) continue;
-        for (long long kx = 0; kx < kw; ++kx) {
-            const long long ix = ox * sw - pw + kx * dw;
+        for (int kx = 0; kx < kw; ++kx) {
+            const int ix = ox * sw - pw + kx * dw;
             if (ix >= 0 && ix < W) acc += xc[iy * W + ix] * wo[ky * kw + kx];
         }
     }
@@ -337,6 +356,8 @@ class Conv2dPlan:
         if ho <= 0 or wo <= 0 or c != cg * g:
             return self._generic(x)  # the generic code raises its clear error
         p1 = ho * wo
+        if max(n * c * p1, n * o * p1, n * c * h * w) > _INT32_MAX:
+            return self._generic(x)  # (the kernels' index arithmetic is 32-bit)
         if self.algo == "depthwise":
             y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
             _DEPTHWISE(x, self.weight, self.bias, c, h, w, o, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl,
@@ -352,7 +373,7 @@ class Conv2dPlan:
             return y
         k = cg * kh * kw
         cols = cupy.empty((g, k, n * p1), dtype=x.dtype)
-        _IM2COL(x, n, c, h, w, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl, cg, cols)
+        _IM2COL(x, n, c, h, w, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl, cols, size=c * n * p1)
         tmp = cupy.empty((g, og, n * p1), dtype=x.dtype)
         _gemm(self.wmat, cols, tmp)
         y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
