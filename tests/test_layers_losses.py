@@ -74,7 +74,15 @@ def exported(tmp_path_factory):
 @pytest.mark.parametrize("name", list(CASES))
 def test_losses_match_torch(name, backend, exported):
     module, inputs, _, inputs2 = CASES[name]
-    g = kuiper_xp.load(exported(name), backend=backend)
+    try:
+        param = exported(name)
+    except RuntimeError as exc:
+        # torch 2.11's F.binary_cross_entropy(weight=) calls _infer_size on the traced sizes,
+        # which torch.jit.trace refuses (2.13 uses broadcast_shapes): the export fails in torch
+        if "weight" in name and "expected int at position 0" in str(exc):
+            pytest.skip(f"torch {torch.__version__} cannot trace F.binary_cross_entropy(weight=): {exc}")
+        raise
+    g = kuiper_xp.load(param, backend=backend)
     for args in (inputs, inputs2):
         with torch.no_grad():
             want = module(*args)
