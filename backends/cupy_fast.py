@@ -356,8 +356,8 @@ class Conv2dPlan:
         if ho <= 0 or wo <= 0 or c != cg * g:
             return self._generic(x)  # the generic code raises its clear error
         p1 = ho * wo
-        if max(n * c * p1, n * o * p1, n * c * h * w) > _INT32_MAX:
-            return self._generic(x)  # (the kernels' index arithmetic is 32-bit)
+        if n == 0 or max(n * c * p1, n * o * p1, n * c * h * w) > _INT32_MAX:
+            return self._generic(x)  # (the kernels' index arithmetic is 32-bit; no kernel of size 0)
         if self.algo == "depthwise":
             y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
             _DEPTHWISE(x, self.weight, self.bias, c, h, w, o, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl,
