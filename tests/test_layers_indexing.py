@@ -610,3 +610,18 @@ def test_benchmark_set_and_sort_models_match_torch(model_backend, tmp_path, name
     }[name]()
     param = export_module(model.eval(), (x,), tmp_path)
     compare_graph(param, model_backend, model, (x,), rtol=1e-4)
+
+
+def test_flattened_multidimensional_constant_index_is_refused_at_build(backend):
+    """pnnx writes ``x[:, :, idx]`` with a constant (3, 2) idx as a flat list of its first 3
+    values beside the declared (1, 2, 3, 2, 5) output (seen with pnnx 20261020): the file lacks
+    the index, so the load names the cause and the rewrite instead of an output-shape failure at
+    run time; a 1-D index of the same file form still builds and runs."""
+    from kuiper_xp.errors import LayerParameterError
+
+    with pytest.raises(LayerParameterError, match=r"declared output \(1,2,3,2,5\).*index of 2 dimensions.*"
+                                                  r"index_select"):
+        make_layer(backend, "Tensor.index ix 1 1 0 1 expr=[None,None,[0,1,3]] #0=(1,2,4,5)f32 #1=(1,2,3,2,5)f32")
+    layer = make_layer(backend, "Tensor.index ix 1 1 0 1 expr=[None,None,[0,1,3]] #0=(1,2,4,5)f32 #1=(1,2,3,5)f32")
+    x = np.arange(40, dtype=np.float32).reshape(1, 2, 4, 5)
+    np.testing.assert_array_equal(backend.to_numpy(layer(backend.asarray(x))), x[:, :, [0, 1, 3]])

@@ -266,6 +266,7 @@ class Index(Layer):
             const = literal_text(expression_text(op.params["expr"]), op.where)
             if not isinstance(const, list):
                 const = [const]
+            _check_flattened_index(op, pos, const)
         layer = cls(ctx, const, pos, op.where)
         if const is None and runtime_mask(op.inputs[pos["expr"]]):
             layer.data_dependent_shape = True  # (the count of True in the mask)
@@ -281,6 +282,34 @@ class Index(Layer):
             items = [items]
         items = [None if it is None else (it if hasattr(it, "dtype") else xp.asarray(it)) for it in items]
         return advanced_index(xp, x, items, self.where)
+
+
+def _check_flattened_index(op, pos: dict[str, int], const: list) -> None:
+    """LayerParameterError where pnnx wrote a multi-dimensional constant index as a flat list:
+    ``x[:, :, idx]`` with ``idx`` of shape (24, 8) comes out as ``expr=[None,None,[...24
+    values...]]`` beside the declared output of the 2-D index's rank, so the index's shape (and
+    most of its values) are not in the file. Found at build, so that the model is refused at load
+    with the cause instead of failing its output check at run time."""
+    arrays = [v for v in const if v is not None]
+    if len(arrays) != 1 or not isinstance(arrays[0], list) or len(_nested_shape(arrays[0])) != 1:
+        return  # (one 1-D integer list among whole axes: the case pnnx writes)
+    vals = arrays[0]
+    if not vals or not all(isinstance(a, int) and not isinstance(a, bool) for a in vals):
+        return
+    x_shape, y_shape = op.inputs[pos["input"]].shape, op.outputs[0].shape if op.outputs else None
+    if x_shape is None or y_shape is None or len(const) > len(x_shape):
+        return
+    if len(y_shape) > len(x_shape):
+        raise LayerParameterError(
+            f"{op.where}: the index list holds {len(vals)} values along one axis, but the declared output "
+            f"{_shape_text(y_shape)} of input {_shape_text(x_shape)} needs an index of "
+            f"{len(y_shape) - len(x_shape) + 1} dimensions: pnnx writes a multi-dimensional constant index "
+            "as a flat list and drops the rest of it, so the file lacks the index. Index with a 1-D tensor "
+            "and reshape in the model instead, e.g. x.index_select(dim, idx.flatten()).view(...)")
+
+
+def _shape_text(shape: tuple) -> str:
+    return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
 
 
 @register("aten::one_hot")
