@@ -412,10 +412,10 @@ def concat(xs: Any, axis: int) -> Any:
 
 # -- range checks -----------------------------------------------------------------------------
 # kuiper_xp.layers.checks defers a pass's index range checks on a GPU to one flag read when the
-# pass ends. Made of cupy's comparisons, ``any`` and ``where``, each check took 5 kernels, and
-# cupy's ``any`` is a CUB block reduction that NVRTC compiles with the CUB headers for each class
-# of index length (seconds each, on a first call: BERT's first call grew from 0.8 to 4.6 s). One
-# elementwise kernel, compiled once per index dtype, clips the index and sets the pass's status.
+# pass ends. Made of cupy's comparisons, ``any`` and ``where``, each check took 5 kernels (``any``
+# a reduction compiled for each class of index length). One elementwise kernel, compiled once per
+# index dtype, clips the index and sets the pass's status (first calls measured alike either way
+# on an H100, docs/benchmarks/h100-cupy.md).
 _RANGE_CHECK = cupy.ElementwiseKernel(
     "I x, int64 lo, int64 hi, int32 k", "I y, raw int32 code",
     """

@@ -7,10 +7,10 @@ the CPU; on a GPU it waits for the device and makes a forward pass impossible to
 graph. There (a backend whose ``cheap_host_reads`` is False) :class:`~kuiper_xp.runtime.graph.Graph`
 runs each pass inside :func:`deferring`: a check then only computes an "any index bad" flag on the
 device and hands it to the pass's :class:`PendingChecks`, and the lookup goes on with the index
-clipped into range. A backend may give one kernel that does both (``fast.range_check``: CuPy's
-``any`` is a CUB reduction compiled anew for each class of index length, seconds each on a
-first call); else they are the Array API's comparisons, ``any`` and ``where``. The graph reads the pass's one status value when the pass is done (a
-replayed CUDA graph included) and raises the first failing check's
+clipped into range. A backend may give one kernel that does both (``fast.range_check``, CuPy's:
+one kernel per check instead of five); else they are the Array API's comparisons, ``any`` and
+``where``. The graph reads the pass's one status value when the pass is done (a replayed CUDA
+graph included) and raises the first failing check's
 :class:`~kuiper_xp.errors.ShapeError`, which names the layer (the pass's results are dropped with
 it). A layer called outside a graph pass checks on the host at once.
 """
