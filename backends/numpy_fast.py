@@ -175,14 +175,16 @@ DEPTHWISE_BLOCK_BYTES = 4 << 20
 #: (measured for MobileNetV2 at batch 8: 7x7x960 1.8 ms against 3.9 planar, 14x14x576 5.1 / 6.6,
 #: 28x28x192 even, 56x56x144 35 / 14)
 DEPTHWISE_NHWC_MAX_PIXELS = 256
-#: the channels-last taps are split over the threads only when a thread's tap passes each cover at
-#: least this many elements: shorter numpy calls from two threads at once pass the GIL back and
-#: forth at every call (2 Zen 3 vCPUs, 3x3 taps, alternated against one thread: (3, 64, 16, 16)
-#: 2.45x and (8, 128, 8, 8) 2.06x the time of one thread with 16-32 K-element passes;
-#: (8, 960, 7, 7) 0.91x, (8, 384, 14, 14) 0.62x, (4, 576, 14, 14) 0.65x with 188-301 K); a
-#: stride-2 pass counts 4x its outputs ((8, 576, 14, 14) to 7x7: 113 K outputs a pass, 1.08x
-#: the time of the split when it ran on one thread)
-DEPTHWISE_NHWC_SPLIT_MIN = 1 << 17
+#: depthwise tap passes (channels-last and planar) are split over the threads only when a
+#: thread's passes each cover at least this many elements: shorter numpy calls from two threads at
+#: once pass the GIL back and forth at every call (2 Zen 3 vCPUs, 3x3 taps, alternated against
+#: one thread, channels-last: (3, 64, 16, 16) 2.45x and (8, 128, 8, 8) 2.06x the time of one
+#: thread with 16-32 K-element passes; (8, 960, 7, 7) 0.91x, (8, 384, 14, 14) 0.62x,
+#: (4, 576, 14, 14) 0.65x with 188-301 K). A channels-last stride-2 pass counts 4x its outputs
+#: ((8, 576, 14, 14) to 7x7: 113 K outputs a pass, 1.08x the time of the split on one thread).
+#: Planar, the rule against the old split, alternated: (2, 24, 56, 56) 0.67, (4, 32, 40, 40)
+#: 0.70, (2, 64, 32, 32) 0.71, (4, 72, 56, 56) stride 2 0.87, (4, 16, 112, 112) stride 2 0.89
+DEPTHWISE_PASS_SPLIT_MIN = 1 << 17
 #: stride-1 undilated depthwise convolutions with at least this many taps run as banded GEMMs
 #: on maps of more than DEPTHWISE_BAND_MIN_PIXELS output pixels (``Conv2dPlan._run_depthwise_band``):
 #: 2 threads of an AMD EPYC, batch 1, against the tap passes (torch 2.13 in brackets): 7x7 over
@@ -2593,8 +2595,11 @@ class Conv2dPlan:
                 self._depthwise_block(x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation)
         # split over the threads only when the tap passes are long: two threads making the
         # short calls of a small map at once run slower than one (16 channels 112 -> 56, stride
-        # 2: 361 us on one thread, 505 on two; 32 channels at 112x112: 1401 against 678)
-        _parallel(part, o, y.size * len(taps) if y.size * len(taps) >= DEPTHWISE_SPLIT_MIN else 0)
+        # 2: 361 us on one thread, 505 on two; 32 channels at 112x112: 1401 against 678), in all
+        # and per call (see DEPTHWISE_PASS_SPLIT_MIN)
+        share = ni * min(block, -(-o // max(1, _threads_now()))) * ho * wq
+        work = y.size * len(taps)
+        _parallel(part, o, work if work >= DEPTHWISE_SPLIT_MIN and share >= DEPTHWISE_PASS_SPLIT_MIN else 0)
         return y
 
     def _dense_ok(self, n: int, h: int, w: int, ho: int, wo: int) -> bool:
@@ -2876,9 +2881,9 @@ class Conv2dPlan:
                 if activation is not None:
                     _activate_block(acc, activation)
         # split over the threads only when each tap pass of a thread's share stays long (see
-        # DEPTHWISE_NHWC_SPLIT_MIN; a strided pass reads sh*sw times the span of its outputs)
+        # DEPTHWISE_PASS_SPLIT_MIN; a strided pass reads sh*sw times the span of its outputs)
         share = min(ni, -(-n // max(1, _threads_now()))) * ho * wo * c * sh * sw
-        _parallel(part, n, y.size * len(taps) if share >= DEPTHWISE_NHWC_SPLIT_MIN else 0)
+        _parallel(part, n, y.size * len(taps) if share >= DEPTHWISE_PASS_SPLIT_MIN else 0)
         return y.transpose(0, 3, 1, 2)
 
     def _depthwise_block(self, x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation):
