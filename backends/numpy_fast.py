@@ -780,6 +780,14 @@ def _worth_splitting(work: int, share: float) -> int:
     return work if work >= PARALLEL_MIN_ELEMENTS * max(1.0, _gemm_split_scale / share) else 0
 
 
+def _tap_work(work: int, count: int, chunk: int, per_unit: int) -> int:
+    """``work`` for :func:`_parallel` over ``count`` units taken ``chunk`` at a time, each unit
+    ``per_unit`` elements of a tap pass; 0 (one thread) where a thread's share would make passes
+    shorter than DEPTHWISE_PASS_SPLIT_MIN elements."""
+    share = min(chunk, -(-count // max(1, _threads_now()))) * per_unit
+    return work if share >= DEPTHWISE_PASS_SPLIT_MIN else 0
+
+
 def _parallel(fn, n: int, work: int) -> None:
     """Call ``fn(lo, hi)`` over ``[0, n)`` split into up to ``_threads_now()`` chunks (the caller
     runs the first); ``work`` (elements touched) below PARALLEL_MIN_ELEMENTS, or a call made
@@ -2597,9 +2605,8 @@ class Conv2dPlan:
         # short calls of a small map at once run slower than one (16 channels 112 -> 56, stride
         # 2: 361 us on one thread, 505 on two; 32 channels at 112x112: 1401 against 678), in all
         # and per call (see DEPTHWISE_PASS_SPLIT_MIN)
-        share = ni * min(block, -(-o // max(1, _threads_now()))) * ho * wq
         work = y.size * len(taps)
-        _parallel(part, o, work if work >= DEPTHWISE_SPLIT_MIN and share >= DEPTHWISE_PASS_SPLIT_MIN else 0)
+        _parallel(part, o, _tap_work(work if work >= DEPTHWISE_SPLIT_MIN else 0, o, block, ni * ho * wq))
         return y
 
     def _dense_ok(self, n: int, h: int, w: int, ho: int, wo: int) -> bool:
@@ -2882,8 +2889,7 @@ class Conv2dPlan:
                     _activate_block(acc, activation)
         # split over the threads only when each tap pass of a thread's share stays long (see
         # DEPTHWISE_PASS_SPLIT_MIN; a strided pass reads sh*sw times the span of its outputs)
-        share = min(ni, -(-n // max(1, _threads_now()))) * ho * wo * c * sh * sw
-        _parallel(part, n, y.size * len(taps) if share >= DEPTHWISE_PASS_SPLIT_MIN else 0)
+        _parallel(part, n, _tap_work(y.size * len(taps), n, ni, ho * wo * c * sh * sw))
         return y.transpose(0, 3, 1, 2)
 
     def _depthwise_block(self, x, y, bias, i0, i1, b0, b1, ho, wo, hq, wq, hh, ww, taps, activation):
