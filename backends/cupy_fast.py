@@ -14,6 +14,9 @@ decline by returning None). What is here:
   cuBLAS GEMM (depthwise: a direct kernel), concatenation as slice copies, matrix products
   through cuBLAS called directly; none copies host data to the device or goes through cupy's
   cuBLAS binding, so that a forward pass can be captured as a CUDA graph (``cupy_backend``).
+* ``layer_norm(x, d, weight, bias, eps)`` / ``softmax_last(x)``: LayerNorm over the trailing
+  ``d`` elements and softmax over the last axis as one kernel each (a warp per row: the generic
+  code makes 9 and 5 kernels with their temporaries; BERT-base has 25 LayerNorms, ConvNeXt-T 19).
 * ``range_check(index, lo, hi, k, code)``: a deferred index range check (kuiper_xp.layers.checks)
   as one kernel that clips the index and sets the pass's status flag.
 * ``fuse_expression(tree)``: a whole ``pnnx.Expression`` tree of arithmetic and float functions
@@ -39,7 +42,8 @@ import numpy as np
 from .base import concat_shape
 
 __all__ = ["UNARY_ACTIVATIONS", "unary", "activation_inplace", "clamp", "fuse_expression",
-           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul", "linear", "range_check"]
+           "FUSED_FUNCTIONS", "Conv2dPlan", "conv2d_plan", "concat", "matmul", "linear", "range_check",
+           "layer_norm", "softmax_last"]
 
 _FLOATS = (cupy.dtype("float32"), cupy.dtype("float64"))
 
@@ -408,6 +412,125 @@ def concat(xs: Any, axis: int) -> Any:
             out[lead + (slice(off, off + m),)] = a
         off += m
     return out
+
+
+# -- row kernels: LayerNorm and softmax ------------------------------------------------------
+# One warp per row of d (or n) elements, 8 rows to a block; each lane strides over the row, and
+# the row's sums are shuffles within the warp. LayerNorm reads the row twice (the mean, then the
+# variance of the centred values, as the generic code and torch compute it) and writes it once;
+# softmax reads it twice (max, then the sum of exp(x - max)) and writes exp(x - max) / sum. Sums
+# are in float for float32 (as torch's), double for float64. The max keeps NaN (a row with a NaN
+# is NaN, an all -inf row NaN, as torch's). Longer rows go to the generic code: one warp would
+# walk them alone.
+ROW_KERNEL_MAX = 8192
+_ROWS_PER_BLOCK = 8
+_ROW_SOURCE = r"""
+#define WARP_SUM(v) for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o)
+__device__ __forceinline__ A nan_max(A a, A b) { return (b > a || b != b) ? b : a; }
+
+extern "C" __global__ void kuiper_xp_layer_norm(const T* __restrict__ x, const T* __restrict__ w,
+        const T* __restrict__ b, T* __restrict__ y, const int rows, const int d, const double eps,
+        const int affine) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;  // (the whole warp: row is the same for its lanes)
+    const T* xr = x + (long long)row * d;
+    T* yr = y + (long long)row * d;
+    A s = 0;
+    for (int j = lane; j < d; j += 32) s += (A)xr[j];
+    WARP_SUM(s);
+    const A mean = s / (A)d;
+    A q = 0;
+    for (int j = lane; j < d; j += 32) { const A t = (A)xr[j] - mean; q += t * t; }
+    WARP_SUM(q);
+    const A inv = A(1) / sqrt(q / (A)d + (A)eps);
+    for (int j = lane; j < d; j += 32) {
+        A t = ((A)xr[j] - mean) * inv;
+        if (affine & 1) t *= (A)w[j];
+        if (affine & 2) t += (A)b[j];
+        yr[j] = (T)t;
+    }
+}
+
+extern "C" __global__ void kuiper_xp_softmax(const T* __restrict__ x, T* __restrict__ y,
+        const int rows, const int n) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const T* xr = x + (long long)row * n;
+    T* yr = y + (long long)row * n;
+    A m = NEG_INF;
+    for (int j = lane; j < n; j += 32) m = nan_max(m, (A)xr[j]);
+    for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+    A s = 0;
+    for (int j = lane; j < n; j += 32) s += exp((A)xr[j] - m);
+    WARP_SUM(s);
+    for (int j = lane; j < n; j += 32) yr[j] = (T)(exp((A)xr[j] - m) / s);
+}
+"""
+_row_modules: dict[Any, Any] = {}
+
+
+def _row_header(dtype: Any) -> str:
+    if dtype == np.float32:
+        return "typedef float T;\ntypedef float A;\n#define NEG_INF (-__int_as_float(0x7f800000))\n"
+    return "typedef double T;\ntypedef double A;\n#define NEG_INF (-__longlong_as_double(0x7ff0000000000000LL))\n"
+
+
+def _row_kernel(dtype: Any, name: str) -> Any:
+    mod = _row_modules.get(dtype)
+    if mod is None:
+        mod = _row_modules[dtype] = cupy.RawModule(code=_row_header(dtype) + _ROW_SOURCE)
+    return mod.get_function(name)
+
+
+def _rows(x: Any, d: int) -> Any:
+    """``x`` as a C-contiguous (rows, d) cupy float array, or None where the row kernels do not
+    apply (another type or dtype, rows longer than ROW_KERNEL_MAX, 2**31 elements or more)."""
+    if (not isinstance(x, cupy.ndarray) or x.dtype not in _FLOATS or d <= 0 or d > ROW_KERNEL_MAX
+            or x.size == 0 or x.size % d or x.size > _INT32_MAX):
+        return None
+    return cupy.ascontiguousarray(x).reshape(-1, d)
+
+
+def _launch(kernel: Any, rows: int, args: tuple) -> None:
+    blocks = -(-rows // _ROWS_PER_BLOCK)
+    kernel((blocks,), (32 * _ROWS_PER_BLOCK,), args)
+
+
+def layer_norm(x: Any, d: int, weight: Any = None, bias: Any = None, eps: float = 1e-5) -> Any:
+    """LayerNorm over the trailing ``d`` elements of a float32/float64 cupy array (weight and
+    bias of ``d`` elements and x's dtype, or None) as one kernel; a non-contiguous ``x`` (a
+    channels-last permute) is copied first. None where it does not apply (the generic code)."""
+    src = _rows(x, d)
+    if src is None:
+        return None
+    for a in (weight, bias):
+        if a is not None and (not isinstance(a, cupy.ndarray) or a.dtype != x.dtype or a.size != d):
+            return None
+    w = src if weight is None else cupy.ascontiguousarray(weight)
+    b = src if bias is None else cupy.ascontiguousarray(bias)
+    y = cupy.empty(x.shape, dtype=x.dtype)
+    rows = src.shape[0]
+    affine = (weight is not None) | (bias is not None) << 1
+    _launch(_row_kernel(x.dtype, "kuiper_xp_layer_norm"), rows,
+            (src, w, b, y, np.int32(rows), np.int32(d), np.float64(eps), np.int32(affine)))
+    return y
+
+
+def softmax_last(x: Any) -> Any:
+    """Softmax over the last axis of a float32/float64 cupy array of at least one dimension as one
+    kernel; None where it does not apply (the generic code)."""
+    if not isinstance(x, cupy.ndarray) or x.ndim == 0:
+        return None
+    n = int(x.shape[-1])
+    src = _rows(x, n)
+    if src is None:
+        return None
+    y = cupy.empty(x.shape, dtype=x.dtype)
+    rows = src.shape[0]
+    _launch(_row_kernel(x.dtype, "kuiper_xp_softmax"), rows, (src, y, np.int32(rows), np.int32(n)))
+    return y
 
 
 # -- range checks -----------------------------------------------------------------------------

@@ -93,6 +93,79 @@ def test_not_fused_when_a_function_is_outside_the_table(cp_backend):
         assert layer._fused is None, expr
 
 
+# -- row kernels: LayerNorm and softmax -----------------------------------------------------------
+def _maybe(fn):
+    return lambda a: None if a is None else fn(a)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (7, 33), (2, 3, 64), (4, 777), (2, 4100)])
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, True), (False, False)])
+def test_layer_norm_kernel_matches_torch(cp_backend, shape, dtype, affine):
+    """cupy_fast.layer_norm: rows shorter and longer than a warp, not a multiple of 32, over two
+    trailing axes, each of weight and bias present or not; values offset by 50 (the two-pass
+    variance); a permuted (non-contiguous) input."""
+    import cupy
+    from kuiper_xp.backends import cupy_fast as cf
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3 + 50).astype(dtype)
+    d = shape[-1]
+    w = rng.standard_normal(d).astype(dtype) if affine[0] else None
+    b = rng.standard_normal(d).astype(dtype) if affine[1] else None
+    t, c = _maybe(torch.from_numpy), _maybe(cupy.asarray)
+    want = F.layer_norm(torch.from_numpy(x), (d,), t(w), t(b), 1e-5).numpy()
+    got = cf.layer_norm(cupy.asarray(x), d, c(w), c(b), 1e-5)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    assert_close(got, want, rtol=tol, atol=tol, what=f"layer_norm {shape}")
+    if len(shape) == 3:  # the trailing two axes as one row of 3 * 64
+        want = F.layer_norm(torch.from_numpy(x), shape[1:], None, None, 1e-3).numpy()
+        assert_close(cf.layer_norm(cupy.asarray(x), shape[1] * shape[2], None, None, 1e-3), want,
+                     rtol=tol, atol=tol, what="layer_norm over two axes")
+        xt = np.ascontiguousarray(np.swapaxes(x, 1, 2))  # (2, 64, 3); normalised over the 3
+        want = F.layer_norm(torch.from_numpy(xt).transpose(1, 2), (64,), t(w), t(b), 1e-5).numpy()
+        got = cf.layer_norm(cupy.swapaxes(cupy.asarray(xt), 1, 2), 64, c(w), c(b), 1e-5)
+        assert_close(got, want, rtol=tol, atol=tol, what="layer_norm of a permuted input")
+
+
+def test_layer_norm_kernel_declines(cp_backend):
+    import cupy
+    from kuiper_xp.backends import cupy_fast as cf
+    x = cupy.ones((2, 12), cupy.float32)
+    assert cf.layer_norm(cupy.ones((2, 12), cupy.int64), 12) is None
+    assert cf.layer_norm(x, 12, cupy.ones(12, cupy.float64)) is None  # another dtype
+    assert cf.layer_norm(x, 5) is None  # rows do not divide the array
+    assert cf.layer_norm(np.ones((2, 12), np.float32), 12) is None
+    assert cf.layer_norm(cupy.ones((1, cf.ROW_KERNEL_MAX + 1), cupy.float32), cf.ROW_KERNEL_MAX + 1) is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 12, 50, 50), (5, 33), (3, 1000), (2, 8192)])
+def test_softmax_kernel_matches_torch(cp_backend, shape, dtype):
+    """cupy_fast.softmax_last against torch: scores of all sizes, a row with a -1e9 mask, a row
+    of large values (1e30: the shift by the max), a row with a NaN, one all -inf and one with +inf
+    (NaN rows, as torch's)."""
+    import cupy
+    from kuiper_xp.backends import cupy_fast as cf
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 4).astype(dtype)
+    rows = x.reshape(-1, shape[-1])
+    if rows.shape[0] >= 6 and shape[-1] >= 3:
+        rows[0, 1:] = -1e9
+        rows[1] *= 1e30 if dtype == np.float64 else 1e37
+        rows[2, 1] = np.nan
+        rows[3] = -np.inf
+        rows[4, 2] = np.inf
+    want = torch.softmax(torch.from_numpy(x), -1).numpy()
+    got = cf.softmax_last(cupy.asarray(x))
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    g = kuiper_xp.to_numpy(got)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+    assert_close(got, want, rtol=tol, atol=tol, what=f"softmax {shape}")
+    assert cf.softmax_last(cupy.asarray(x[..., :0])) is None
+    assert cf.softmax_last(cupy.ones((2, 3), cupy.int32)) is None
+    assert cf.softmax_last(cupy.ones((1, cf.ROW_KERNEL_MAX + 1), cupy.float32)) is None
+
+
 # -- CUDA graphs -----------------------------------------------------------------------------------
 class SmallNet(torch.nn.Module):
     def __init__(self):

@@ -59,9 +59,14 @@ from .misc import input_slots, is_float, promote, to_float
 from .registry import register
 
 
-def softmax_last(xp: Any, s: Any) -> Any:
+def softmax_last(xp: Any, s: Any, fast: Any = None) -> Any:
+    """softmax over the last axis: ``fast`` (a backend's ``softmax_last``) when it takes ``s``."""
     if s.shape[-1] == 0:  # no keys (a max over an empty axis has no identity): empty weights, as torch
         return s
+    if fast is not None:
+        p = fast(s)
+        if p is not None:
+            return p
     m = xp.max(s, axis=-1, keepdims=True)
     e = xp.exp(s - m)
     e /= xp.sum(e, axis=-1, keepdims=True)  # e is a fresh temporary
@@ -69,11 +74,11 @@ def softmax_last(xp: Any, s: Any) -> Any:
 
 
 def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None, matmul: Any = None,
-           fast: Any = None) -> tuple[Any, Any]:
+           fast: Any = None, softmax: Any = None) -> tuple[Any, Any]:
     """softmax(q k^T * scale + mask) v over the last two axes; returns (output, weights).
     ``matmul`` (default ``xp.matmul``) computes the two products. ``fast`` (a backend's
     ``attention``, used when the weights are not wanted) may compute the output instead; the
-    weights are then None."""
+    weights are then None. ``softmax`` (a backend's ``softmax_last``) may compute the weights."""
     if fast is not None:
         out = fast(q, k, v, scale, mask)
         if out is not None:
@@ -87,7 +92,7 @@ def attend(xp: Any, q: Any, k: Any, v: Any, scale: float, mask: Any = None, matm
             s += mask  # s is a fresh product
         else:
             s = s + mask
-    p = softmax_last(xp, s)
+    p = softmax_last(xp, s, softmax)
     return mm(p, v), p
 
 
@@ -120,6 +125,7 @@ class MultiheadAttention(Layer):
         self.w = w
         self.weights_rank = weights_rank
         self._attention = getattr(ctx.fast, "attention", None)
+        self._softmax = getattr(ctx.fast, "softmax_last", None)
         #: what each output is, "out" (attn_output) or "weights", in the file's order (pnnx lists
         #: them in the order the model first uses them: the weights first when they are)
         self.roles: tuple[str, ...] = ("out", "weights")[:n_outputs]
@@ -399,7 +405,7 @@ class MultiheadAttention(Layer):
             mask = pad_mask(mask)
 
         fast = self._attention if self.roles == ("out",) else None  # weights wanted: the generic steps
-        out, p = attend(xp, q, k, v, self.scale, mask, self.matmul, fast)
+        out, p = attend(xp, q, k, v, self.scale, mask, self.matmul, fast, self._softmax)
         out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (N, L, E))
         out = proj(out, "o_t", "o_b")
         if batched and not self.batch_first:
@@ -505,6 +511,7 @@ class ScaledDotProductAttention(Layer):
         super().__init__(ctx)
         self.pos, self.causal, self.scale, self.gqa, self.where = pos, causal, scale, gqa, where
         self._attention = getattr(ctx.fast, "attention", None)
+        self._softmax = getattr(ctx.fast, "softmax_last", None)
         self._causal: dict[tuple[int, int, str], Any] = {}
 
     @classmethod
@@ -546,7 +553,7 @@ class ScaledDotProductAttention(Layer):
             mask = self._causal_mask(q.shape[-2], k.shape[-2], q.dtype)
         elif "attn_mask" in self.pos:
             mask = additive_mask(xp, inputs[self.pos["attn_mask"]], q.dtype, self.device, true_means_keep=True)
-        out, _ = attend(xp, q, k, v, scale, mask, self.matmul, self._attention)
+        out, _ = attend(xp, q, k, v, scale, mask, self.matmul, self._attention, self._softmax)
         if mask is not None and not self.causal:
             # torch's SDPA gives zeros, not NaN, for a query whose mask keeps no key (the padded
             # rows of a left-padded batch); nn.MultiheadAttention keeps its NaN
@@ -956,6 +963,7 @@ class TransformerEncoderLayerFwd(Layer):
         self._ctx = ctx
         self._norms: dict[tuple[int, float], Any] = {}
         self._attention = getattr(ctx.fast, "attention", None)
+        self._softmax = getattr(ctx.fast, "softmax_last", None)
         from .activation import GELU, Clamp
 
         self._gelu, self._relu = GELU(ctx, "none"), Clamp(ctx, 0, None)
@@ -1030,7 +1038,7 @@ class TransformerEncoderLayerFwd(Layer):
             return xp.permute_dims(xp.reshape(t, (n, length, h, d)), (0, 2, 1, 3))
 
         q, k, v = heads(qkv[..., :e]), heads(qkv[..., e:2 * e]), heads(qkv[..., 2 * e:])
-        out, _ = attend(xp, q, k, v, 1.0 / math.sqrt(d), mask, self.matmul, self._attention)
+        out, _ = attend(xp, q, k, v, 1.0 / math.sqrt(d), mask, self.matmul, self._attention, self._softmax)
         out = xp.reshape(xp.permute_dims(out, (0, 2, 1, 3)), (n, length, e))
         x = self._linear(out, proj_w, proj_b) + src
         if not norm_first:
