@@ -557,6 +557,32 @@ def test_embedding_bag_segments_match_torch(backend, mode, padding_idx):
         assert_close(backend.to_numpy(got[k]), t2n(want[k]), rtol=1e-5, what=names[k])
 
 
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["sum", "mean", "max"])
+@pytest.mark.parametrize("include_last", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_embedding_bag_even_bags_match_torch(backend, mode, include_last, weighted):
+    """Bags of one length (a 2-D input's offsets from arange: summed over an axis rather than by
+    segments), with include_last_offset and per-sample weights (mode sum only): every result of
+    torch's ``embedding_bag``, shapes included; bags of 3 that look even but are not (an offset
+    moved) take the segments."""
+    if weighted and mode != 0:
+        pytest.skip("per_sample_weights needs mode sum")
+    gen = torch.Generator().manual_seed(2)
+    weight = torch.randn(50, 6, generator=gen)
+    ids = torch.randint(0, 50, (64 * 3,), generator=gen)
+    psw = torch.randn(ids.shape[0], generator=gen) if weighted else None
+    for offsets in (torch.arange(0, ids.shape[0], 3), torch.tensor([0, 3, 5] + list(range(9, 192, 3)))):
+        offs = torch.cat([offsets, torch.tensor([ids.shape[0]])]) if include_last else offsets
+        want = torch.ops.aten._embedding_bag_forward_only(weight, ids, offs, False, mode, False, psw,
+                                                          include_last, -1)
+        layer = make_layer(backend, "aten::embedding_bag eb 9 4 0 1 2 3 4 5 6 7 8 9 10 11 12", 9)
+        layer.n_out = 4
+        got = layer(backend.asarray(t2n(weight)), backend.asarray(t2n(ids)), backend.asarray(t2n(offs)), False,
+                    mode, False, None if psw is None else backend.asarray(t2n(psw)), include_last, None)
+        for k, name in enumerate(("output", "offset2bag", "bag_size", "max_indices")):
+            assert_close(backend.to_numpy(got[k]), t2n(want[k]), rtol=1e-6, what=f"{name}, offsets {offsets[:3]}")
+
+
 @pytest.mark.parametrize("shape,wrap", [((4, 4), False), ((3, 6), False), ((9, 3), False), ((9, 3), True),
                                         ((7, 2), True), ((3, 3, 3), False)])
 def test_fill_diagonal_and_zero_match_torch(backend, shape, wrap):
