@@ -512,3 +512,65 @@ def test_max_unpool_given_indices_checks_their_range(tmp_path):
         m(x, bad)  # (torch refuses it too)
     with pytest.raises(ShapeError, match=r"aten::max_unpool2d .*unpooling index 16 is out of range for a dimension of size 16"):
         g(x.numpy(), bad.numpy())
+
+
+class _PoolFromSize(nn.Module):
+    """Windows computed from the input's shape: pnnx keeps ``aten::avg_pool2d`` /
+    ``aten::max_pool2d`` with every argument a ``pnnx.Expression`` operand (``size(@0,2)`` when
+    the spatial size is dynamic). MobileOne's squeeze-excite pools this way."""
+
+    def forward(self, x):
+        b, c, h, w = x.size()
+        return (F.avg_pool2d(x, kernel_size=[h, w]),
+                F.avg_pool2d(x, [h // 2, w // 2], stride=2),
+                F.max_pool2d(x, x.shape[2:]),
+                F.max_pool2d(x, [h // 2, 3], stride=[2, 1], padding=1),
+                F.max_pool2d(x, [3, w // 3], stride=[1, 2], padding=[1, 0], dilation=[2, 1], ceil_mode=True),
+                F.avg_pool2d(x, [3, w // 2], stride=1, padding=[1, 0], ceil_mode=True, count_include_pad=False),
+                F.avg_pool2d(x, [h // 2, 2], divisor_override=3))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_aten_pools_with_windows_from_the_input_shape(model_backend, tmp_path, dynamic):
+    from test_layers_misc import compare_graph, export_module
+
+    torch.manual_seed(0)
+    param = export_module(_PoolFromSize(), (torch.randn(2, 4, 8, 9),), tmp_path,
+                          inputs2=(torch.randn(3, 4, 11, 12),) if dynamic else None)
+    text = param.read_text()
+    assert "aten::avg_pool2d" in text and "aten::max_pool2d" in text
+    assert ("size(@0,2)" in text) == dynamic
+    for shape in ((2, 4, 8, 9),) + (((1, 4, 13, 10), (3, 4, 11, 12)) if dynamic else ()):
+        compare_graph(param, model_backend, _PoolFromSize(), (torch.randn(*shape),), rtol=1e-5)
+
+
+def test_aten_pool_operands_are_checked(tmp_path):
+    """Wrong arity fails at load naming the operator; a window that does not fit the input, or
+    padding over half the kernel, is a ShapeError at run time naming it."""
+    import zipfile
+
+    import kuiper_xp
+    from kuiper_xp.errors import KuiperXPError
+
+    head = "7767517\n{n} {m}\npnnx.Input in0 0 1 x\n"
+    consts = ("pnnx.Expression k 0 1 k expr=[2,2]\npnnx.Expression s 0 1 s expr=None\n"
+              "pnnx.Expression p 0 1 p expr=[{pad},{pad}]\npnnx.Expression d 0 1 d expr=[1,1]\n"
+              "pnnx.Expression c 0 1 c expr=False\n")
+    good = head.format(n=8, m=7) + consts.format(pad=0) + \
+        "aten::max_pool2d mp 6 1 x k s p d c y\npnnx.Output out 1 0 y\n"
+    short = head.format(n=8, m=7) + consts.format(pad=0) + \
+        "aten::max_pool2d mp 5 1 x k s p d y\npnnx.Output out 1 0 y\n"
+    bad_pad = good.replace("expr=[0,0]", "expr=[2,2]")
+    for name, text in (("good", good), ("short", short), ("bad_pad", bad_pad)):
+        (tmp_path / f"{name}.pnnx.param").write_text(text)
+        zipfile.ZipFile(tmp_path / f"{name}.pnnx.bin", "w").close()
+    x = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)
+    (y,) = kuiper_xp.load(tmp_path / "good.pnnx.param", backend="numpy")(x)
+    np.testing.assert_array_equal(kuiper_xp.to_numpy(y), F.max_pool2d(torch.from_numpy(x), 2).numpy())
+    with pytest.raises(LayerParameterError, match=r"mp.*expected 6 inputs"):
+        kuiper_xp.load(tmp_path / "short.pnnx.param", backend="numpy")
+    with pytest.raises(KuiperXPError, match=r"mp.*padding=\(2, 2\) must be at most half"):
+        kuiper_xp.load(tmp_path / "bad_pad.pnnx.param", backend="numpy")(x)
+    with pytest.raises(ShapeError, match="empty") as info:  # (the runtime's note names the operator)
+        kuiper_xp.load(tmp_path / "good.pnnx.param", backend="numpy")(np.ones((2, 3, 1, 1), np.float32))
+    assert any("aten::max_pool2d 'mp'" in n for n in info.value.__notes__)

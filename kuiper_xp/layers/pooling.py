@@ -17,7 +17,7 @@ from kuiper_xp.limits import check_elements
 
 from . import functional as fn
 from .base import BuildContext, Layer, SpatialLayer
-from .misc import index_array, to_int_list
+from .misc import index_array, to_int, to_int_list
 from .registry import register
 from .scatter import segment_scatter
 from .shape import input_slots, runtime_ints
@@ -78,13 +78,16 @@ def _window(op, nd, has_dilation: bool):
     stride = kernel if stride_raw is None or stride_raw == [] else _to2(op.ints("stride", nd), nd, 1)
     padding = _to2(op.ints("padding", nd, default=(0,) * nd), nd, 0)
     dilation = _to2(op.ints("dilation", nd, default=(1,) * nd), nd, 1) if has_dilation else (1, 1)
+    return _check_window(kernel, stride, padding, dilation, op.where, LayerParameterError)
+
+
+def _check_window(kernel, stride, padding, dilation, where: str, err: type[Exception]):
     if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
-        raise LayerParameterError(f"{op.where}: kernel_size={kernel}, stride={stride}, padding={padding}, "
-                                  f"dilation={dilation} out of range")
+        raise err(f"{where}: kernel_size={kernel}, stride={stride}, padding={padding}, "
+                  f"dilation={dilation} out of range")
     for k, p, d in zip(kernel, padding, dilation):
         if p > (d * (k - 1) + 1) // 2:
-            raise LayerParameterError(f"{op.where}: padding={padding} must be at most half of the "
-                                      f"(dilated) kernel_size={kernel}")
+            raise err(f"{where}: padding={padding} must be at most half of the (dilated) kernel_size={kernel}")
     return kernel, stride, padding, dilation
 
 
@@ -157,6 +160,68 @@ class AvgPool(_PoolBase):
         args = (x4, self.kernel, self.stride, self.padding, self.ceil_mode, self.count_include_pad,
                 self.divisor_override)
         y = self._fast(*args) if self._fast is not None else None  # (None: not a float array)
+        if y is None:
+            y = fn.avg_pool2d(*args, xp=self.xp)
+        return self._from4d(y, unbatched)
+
+
+@register("aten::max_pool1d", "aten::max_pool2d", "aten::avg_pool1d", "aten::avg_pool2d")
+class AtenPool(_PoolBase):
+    """Max and average pooling as pnnx leaves them when the window is computed from the input's
+    shape (``F.avg_pool2d(x, x.shape[2:])``, MobileOne's squeeze-excite; ``F.max_pool2d(x, [h //
+    2, 3])``): torch's positional operands, each a runtime value (``pnnx.Expression`` lists,
+    ``size(@0,2)`` with a dynamic input). ``max_pool1d/2d``: (input, kernel_size, stride,
+    padding, dilation, ceil_mode); ``avg_pool2d``: (input, kernel_size, stride, padding,
+    ceil_mode, count_include_pad, divisor_override), ``avg_pool1d`` without the last. A stride of
+    None or [] is the kernel's. Computed as the ``F.*_pool*d`` layers compute it."""
+
+    def __init__(self, ctx: BuildContext, nd: int, kind: str, where: str):
+        super().__init__(ctx)
+        self.nd, self.kind, self.where = nd, kind, where
+        self._fast = getattr(ctx.fast, f"{kind}_pool2d", None)
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        nd = _dims(op)
+        kind = "max" if "max_pool" in op.type else "avg"
+        want = 7 if (kind, nd) == ("avg", 2) else 6
+        if len(op.inputs) != want or len(op.outputs) != 1:
+            names = ("input, kernel_size, stride, padding, dilation, ceil_mode" if kind == "max" else
+                     "input, kernel_size, stride, padding, ceil_mode, count_include_pad"
+                     + (", divisor_override" if nd == 2 else ""))
+            raise LayerParameterError(f"{op.where}: expected {want} inputs ({names}) and one output, found "
+                                      f"{len(op.inputs)} and {len(op.outputs)}")
+        return cls(ctx, nd, kind, op.where)
+
+    def _ints(self, value: Any, what: str, fill: int) -> tuple[int, int]:
+        v = runtime_ints(value, self.where, what)
+        if len(v) == 1 and self.nd == 2:
+            v = v * 2
+        if len(v) != self.nd:
+            raise ShapeError(f"{self.where}: {what}={v} should have {self.nd} entries")
+        return _to2(v, self.nd, fill)
+
+    def forward(self, x: Any, kernel: Any, stride: Any, padding: Any, *rest: Any) -> Any:
+        k = self._ints(kernel, "kernel_size", 1)
+        s = k if stride is None or (isinstance(stride, (list, tuple)) and not stride) else self._ints(stride, "stride", 1)
+        p = self._ints(padding, "padding", 0)
+        d = self._ints(rest[0], "dilation", 1) if self.kind == "max" else (1, 1)
+        flags = rest[1:] if self.kind == "max" else rest
+        ceil = bool(to_int(flags[0], f"{self.where}: ceil_mode"))
+        k, s, p, d = _check_window(k, s, p, d, self.where, ShapeError)
+        x4, unbatched = self._as4d(x)
+        if self.kind == "max":
+            if self._fast is not None:
+                y = self._fast(x4, k, s, p, d, ceil)
+            else:
+                y = fn.max_pool2d(x4, k, s, p, d, ceil, False, xp=self.xp)
+            return self._from4d(y, unbatched)
+        cip = bool(to_int(flags[1], f"{self.where}: count_include_pad"))
+        div = None if len(flags) < 3 or flags[2] is None else to_int(flags[2], f"{self.where}: divisor_override")
+        if div is not None and div <= 0:
+            raise ShapeError(f"{self.where}: divisor_override={div} must be positive")
+        args = (x4, k, s, p, ceil, cip, div)
+        y = self._fast(*args) if self._fast is not None else None
         if y is None:
             y = fn.avg_pool2d(*args, xp=self.xp)
         return self._from4d(y, unbatched)
