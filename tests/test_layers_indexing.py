@@ -651,3 +651,10 @@ def test_flattened_multidimensional_constant_index_is_refused_at_build(backend):
     layer = make_layer(backend, "Tensor.index ix 1 1 0 1 expr=[None,None,[0,1,3]] #0=(1,2,4,5)f32 #1=(1,2,3,5)f32")
     x = np.arange(40, dtype=np.float32).reshape(1, 2, 4, 5)
     np.testing.assert_array_equal(backend.to_numpy(layer(backend.asarray(x))), x[:, :, [0, 1, 3]])
+    # two lists (Informer's x[:, arange(3).unsqueeze(1), idx] with a (3, 2) idx: pnnx keeps 3 of
+    # each's values, the declared output keeps the 2-D index's rank); two 1-D lists still run
+    with pytest.raises(LayerParameterError, match=r"2 index lists hold 3, 3 values.*declared output \(1,3,2\)"):
+        make_layer(backend, "Tensor.index ix 1 1 0 1 expr=[None,[0,1,2],[2,0,1]] #0=(1,3,4)f32 #1=(1,3,2)f32")
+    layer = make_layer(backend, "Tensor.index ix 1 1 0 1 expr=[None,[0,1,2],[2,0,1]] #0=(1,3,4)f32 #1=(1,3)f32")
+    x = np.arange(12, dtype=np.float32).reshape(1, 3, 4)
+    np.testing.assert_array_equal(backend.to_numpy(layer(backend.asarray(x))), x[:, [0, 1, 2], [2, 0, 1]])

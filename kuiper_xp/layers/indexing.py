@@ -288,24 +288,29 @@ def _check_flattened_index(op, pos: dict[str, int], const: list) -> None:
     """LayerParameterError where pnnx wrote a multi-dimensional constant index as a flat list:
     ``x[:, :, idx]`` with ``idx`` of shape (24, 8) comes out as ``expr=[None,None,[...24
     values...]]`` beside the declared output of the 2-D index's rank, so the index's shape (and
-    most of its values) are not in the file. Found at build, so that the model is refused at load
-    with the cause instead of failing its output check at run time."""
+    most of its values) are not in the file; with several index lists alike (Informer's
+    ``K[:, :, arange(L).unsqueeze(1), index_sample]``: ``[None,None,[0,1,2],[2,0,1]]``). k
+    one-dimensional lists give an output of the input's rank - k + 1; a declared output of more
+    dimensions is this case. Found at build, so that the model is refused at load with the cause
+    instead of failing its output check at run time."""
     arrays = [v for v in const if v is not None]
-    if len(arrays) != 1 or not isinstance(arrays[0], list) or len(_nested_shape(arrays[0])) != 1:
-        return  # (one 1-D integer list among whole axes: the case pnnx writes)
-    vals = arrays[0]
-    if not vals or not all(isinstance(a, int) and not isinstance(a, bool) for a in vals):
+    if not arrays or not all(isinstance(a, list) and len(_nested_shape(a)) == 1 and a for a in arrays):
+        return  # (1-D integer lists among whole axes: the case pnnx writes)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for a in arrays for v in a):
         return
     x_shape, y_shape = op.inputs[pos["input"]].shape, op.outputs[0].shape if op.outputs else None
     if x_shape is None or y_shape is None or len(const) > len(x_shape):
         return
-    if len(y_shape) > len(x_shape):
+    k = len(arrays)
+    if len(y_shape) > len(x_shape) - k + 1:
+        held = (f"the index list holds {len(arrays[0])} values along one axis" if k == 1 else
+                f"the {k} index lists hold {', '.join(str(len(a)) for a in arrays)} values, one dimension each")
         raise LayerParameterError(
-            f"{op.where}: the index list holds {len(vals)} values along one axis, but the declared output "
-            f"{_shape_text(y_shape)} of input {_shape_text(x_shape)} needs an index of "
-            f"{len(y_shape) - len(x_shape) + 1} dimensions: pnnx writes a multi-dimensional constant index "
-            "as a flat list and drops the rest of it, so the file lacks the index. Index with a 1-D tensor "
-            "and reshape in the model instead, e.g. x.index_select(dim, idx.flatten()).view(...)")
+            f"{op.where}: {held}, but the declared output {_shape_text(y_shape)} of input "
+            f"{_shape_text(x_shape)} needs an index of {len(y_shape) - len(x_shape) + k} dimensions: pnnx "
+            "writes a multi-dimensional constant index as a flat list and drops the rest of it, so the file "
+            "lacks the index. Index with a 1-D tensor and reshape in the model instead, e.g. "
+            "x.index_select(dim, idx.flatten()).view(...)")
 
 
 def _shape_text(shape: tuple) -> str:
