@@ -1286,48 +1286,50 @@ _chord_auto: bool | None = None
 _CHORD_SLOT = 48
 
 
-def _gelu64(v: np.ndarray) -> np.ndarray:
-    return v * 0.5 * (1.0 + expr_erf(v * _SQRT1_2))  # (float64: Cody's erf, within 1e-16)
+def _phi64(v: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + expr_erf(v * _SQRT1_2))  # (float64: Cody's erf, within 1e-16)
 
 
-def _gelu_tanh64(v: np.ndarray) -> np.ndarray:
-    return 0.5 * v * (1.0 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v * v * v)))
+def _phi_tanh64(v: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(_SQRT_2_PI * (v + 0.044715 * v * v * v)))
 
 
-#: name -> (float64 function of an array, edge E, (a, b) of the piece left of -E, of the piece from E
-#: on): |x Phi(x)| < 6e-9 left of -6 and x Phi(x) rounds to x in float32 from 6 (the tanh form
-#: alike); -inf gives 0 * -inf = NaN, torch's -inf * 0, and +inf gives +inf
+#: name -> (float64 function g of an array with GELU(x) = x g(x), edge E): the tables hold chords
+#: of g, so that GELU = x (a + b x) keeps its relative accuracy near 0 (chords of x g(x) itself
+#: had a slope of g(h) = 0.5 + 0.4 h through 0: 8e-4 relative error for |x| < 1e-3, which six
+#: unnormalised conv + GELU layers of a wav2vec2 feature encoder grew to 3e-5 of its output).
+#: g is 0 left of -E - h/2 (|x g(x)| < 6e-9 there) and 1 from E on (x g(x) rounds to x in
+#: float32 from 6, the tanh form alike); -inf gives -inf * 0 = NaN, torch's -inf * 0, and +inf
+#: gives +inf
 _CHORD_SPECS = {
-    "gelu": (_gelu64, 6.0, (0.0, 0.0), (0.0, 1.0)),
-    "gelu_tanh": (_gelu_tanh64, 6.0, (0.0, 0.0), (0.0, 1.0)),
+    "gelu": (_phi64, 6.0),
+    "gelu_tanh": (_phi_tanh64, 6.0),
 }
 
 
 def _chord_table(name: str) -> tuple:
-    """``(pairs, n, scale, offset)`` for :data:`_CHORD_SPECS` ``name``: piece i (1..n) is the
-    chord ``a_i + b_i x`` of the function (float64) between knots ``-E + (i - 1) h`` and
-    ``-E + i h`` (h = CHORD_STEP), with a_i taken at the knot nearer 0 (the pieces either side
-    of 0 pass through it exactly: no offset for a tiny x); pieces 0 and n + 1 are the
-    tails. ``pairs`` holds (a_i, b_i) as float32 pairs viewed as one float64 each, so that one
-    gather fetches both. A chord is within h^2 / 8 * max|f''| of f (1e-7); with
-    float32 rounding, GELU is within 1.9e-7 of max(1, |x|) of torch's float64 GELU over [-8, 8]
-    (the polynomial form: 1.8e-7)."""
+    """``(pairs, n, scale, offset, lo, hi)`` for :data:`_CHORD_SPECS` ``name``: piece i (1..n)
+    is the chord ``a_i + b_i x`` of g (float64) between knots ``-E + (i - 1) h`` and ``-E + i h``
+    (h = CHORD_STEP); piece 0 (x below -E - h/2) is 0, piece n + 1 (x from E on) is 1. ``pairs``
+    holds (a_i, b_i) as float32 pairs viewed as one float64 each, so that one gather fetches
+    both; x is clipped to [lo, hi] = [-E - h/2, E] before the lookup and ``x * scale + offset``
+    is then in [0.5, n + 1]. A chord is within h^2 / 8 * max|g''| of g (3e-8, relative to x
+    times that in GELU); with float32 rounding, GELU is within 1.9e-7 of max(1, |x|) of torch's
+    float64 GELU over [-8, 8], and within 4e-7 of it relatively for |x| < 1."""
     got = _chord_tabs.get(name)
     if got is None:
-        fn, edge, left, right = _CHORD_SPECS[name]
+        fn, edge = _CHORD_SPECS[name]
         h = CHORD_STEP
         n = int(round(2 * edge / h))
         xs = -edge + h * np.arange(n + 1, dtype=np.float64)  # (h a power of two: exact knots)
-        f = fn(xs)
-        b = (f[1:] - f[:-1]) / h
-        at_end = np.abs(xs[1:]) < np.abs(xs[:-1])  # the knot nearer 0 is a piece's right end
-        xk = np.where(at_end, xs[1:], xs[:-1])
-        fk = np.where(at_end, f[1:], f[:-1])
+        g = fn(xs)
+        b = (g[1:] - g[:-1]) / h
         pairs = np.empty((n + 2, 2), np.float32)
-        pairs[1:n + 1, 0] = fk - b * xk
+        pairs[1:n + 1, 0] = g[:-1] - b * xs[:-1]
         pairs[1:n + 1, 1] = b
-        pairs[0], pairs[n + 1] = left, right
-        got = _chord_tabs[name] = (pairs.view(np.float64).reshape(-1), n, 1.0 / h, edge / h + 1.0)
+        pairs[0], pairs[n + 1] = (0.0, 0.0), (1.0, 0.0)
+        got = _chord_tabs[name] = (pairs.view(np.float64).reshape(-1), n, 1.0 / h, edge / h + 1.0,
+                                   -edge - h / 2, edge)
     return got
 
 
@@ -1341,24 +1343,25 @@ def _use_chords() -> bool:
 
 
 def _k_chords(name, s, d, tmp):
-    """float32 ``name`` by its chord table in 7 passes, one a gather (see
-    _chord_table). 2 Zen 3 threads, the two forms alternated call by call, medians: GELU 0.85-0.87
-    of the polynomial form's time over (400, 3072), (3136, 384), (1, 256, 56, 56) and (8, 197,
-    3072); the tanh form 0.78-0.92 of its np.tanh form's (in runs one after the other, which this VM's
-    drift favours: 1.7-1.9 against 2.3-2.8 ms over (400, 3072)). NaN takes piece 0 (its cast to
-    int32 is out of range, and ``take`` clips) and stays NaN (b * NaN)."""
-    pairs, n, scale, offset = _chord_table(name)
-    t = tmp(0)
-    np.multiply(s, scale, out=t)
+    """float32 ``name`` = x g(x) by its chord table of g in 8 passes, one a gather (see
+    _chord_table). 2 Zen 3 threads, the two forms alternated call by call, medians (chords of
+    x g(x) then, 7 passes): GELU 0.85-0.87 of the polynomial form's time over (400, 3072),
+    (3136, 384), (1, 256, 56, 56) and (8, 197, 3072); the tanh form 0.78-0.92 of its np.tanh
+    form's. NaN stays NaN through the clip, takes piece 0 (its cast to int32 is out of range, and
+    ``take`` clips) and gives 0 * NaN."""
+    pairs, n, scale, offset, lo, hi = _chord_table(name)
+    xc, t = tmp(0), tmp(1)
+    _uclip(s, lo, hi, out=xc)
+    np.multiply(xc, scale, out=t)
     t += offset
-    _uclip(t, 0.0, n + 1.0, out=t)
-    idx = tmp(1).view(np.int32)
-    np.copyto(idx, t, casting="unsafe")  # t >= 0: truncation is the floor
+    idx = tmp(2).view(np.int32)
+    np.copyto(idx, t, casting="unsafe")  # t >= 0.5: truncation is the floor
     g = _workspace((s.size,), np.float64, slot=_CHORD_SLOT)
     np.take(pairs, idx, out=g, mode="clip")
     ab = g.view(np.float32)
-    np.multiply(ab[1::2], s, out=d)
-    d += ab[0::2]
+    np.multiply(ab[1::2], xc, out=xc)
+    xc += ab[0::2]
+    np.multiply(s, xc, out=d)
 
 
 def _k_gelu(s, d, tmp):
@@ -1425,7 +1428,7 @@ def _memory_order(x: np.ndarray):
     return perm, inv
 
 
-_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 2, "gelu_tanh": 2, "mish": 2,
+_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 3, "gelu_tanh": 3, "mish": 2,
             "tanh": 0}
 #: weights of the kernels' size against PARALLEL_MIN_ELEMENTS when deciding whether to split a
 #: map over the threads: the transcendental ones pay from 128 Ki elements on (measured on 2 Zen 3
