@@ -447,6 +447,10 @@ def test_gather_numpy_fast_path_matches_torch(tmp_path, monkeypatch, axis, x_sha
     e = torch.gather(torch.from_numpy(x), axis, torch.from_numpy(np.ascontiguousarray(idx)))
     if expand == "tail":  # (the graph's input is a copy: the expanded view as an expand layer makes it)
         np.testing.assert_array_equal(nf.take_along(x[:, :, :i_shape[2]], idx, axis), t2n(e))
+        # a permuted input (PointNet++'s (B, N, 3) view of (B, 3, N) points): read in place
+        xt = np.swapaxes(np.ascontiguousarray(np.swapaxes(x, 1, 2)), 1, 2)
+        assert not xt.flags.c_contiguous
+        np.testing.assert_array_equal(nf.take_along(xt, idx, axis), t2n(e))
     param = one_op_param(tmp_path, "torch.gather", [x, idx], [t2n(e)], f"dim={axis}", None, ["input", "index"])
     g = kuiper_xp.load(param, backend="numpy")
     old = nf.set_num_threads(2)
