@@ -435,13 +435,15 @@ def test_interpolate_antialias_matches_torch(model_backend, tmp_path):
 
 @pytest.mark.parametrize("padding", ["zeros", "border"])
 @pytest.mark.parametrize("align", [False, True])
-def test_grid_sample_bilinear_fast_path_equals_the_generic_one(padding, align):
+@pytest.mark.parametrize("channels", [1, 5, 16])
+def test_grid_sample_bilinear_fast_path_equals_the_generic_one(padding, align, channels):
     """numpy's bilinear fast path does the generic layer's arithmetic in the same order: the
-    same values bit for bit (NaN and infinite coordinates, points outside, float64 grids)."""
+    same values bit for bit (NaN and infinite coordinates, points outside, float64 grids), for
+    one channel (RAFT's lookups) and several (Deformable DETR's)."""
     from kuiper_xp.backends import get_backend
 
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((3, 5, 9, 11)).astype(np.float32)
+    x = rng.standard_normal((3, channels, 9, 11)).astype(np.float32)
     grid = (rng.random((3, 7, 6, 2)) * 2.6 - 1.3).astype(np.float64)
     grid[0, 0, :3, 0] = np.nan
     grid[1, 2, 1] = [np.inf, -np.inf]
