@@ -571,6 +571,16 @@ def test_aten_pool_operands_are_checked(tmp_path):
         kuiper_xp.load(tmp_path / "short.pnnx.param", backend="numpy")
     with pytest.raises(KuiperXPError, match=r"mp.*padding=\(2, 2\) must be at most half"):
         kuiper_xp.load(tmp_path / "bad_pad.pnnx.param", backend="numpy")(x)
+    # the 1-D form (avg: no divisor_override operand)
+    one_d = (head.format(n=7, m=6) + "pnnx.Expression k 0 1 k expr=[3]\npnnx.Expression s 0 1 s expr=None\n"
+             "pnnx.Expression p 0 1 p expr=[1]\npnnx.Expression c 0 1 c expr=False\n"
+             "aten::avg_pool1d ap 6 1 x k s p c c y\npnnx.Output out 1 0 y\n")
+    (tmp_path / "one_d.pnnx.param").write_text(one_d)
+    zipfile.ZipFile(tmp_path / "one_d.pnnx.bin", "w").close()
+    x1 = np.random.default_rng(0).standard_normal((2, 3, 10)).astype(np.float32)
+    (y1,) = kuiper_xp.load(tmp_path / "one_d.pnnx.param", backend="numpy")(x1)
+    want = F.avg_pool1d(torch.from_numpy(x1), 3, None, 1, False, False).numpy()
+    np.testing.assert_allclose(kuiper_xp.to_numpy(y1), want, rtol=1e-6, atol=1e-7)
     with pytest.raises(ShapeError, match="empty") as info:  # (the runtime's note names the operator)
         kuiper_xp.load(tmp_path / "good.pnnx.param", backend="numpy")(np.ones((2, 3, 1, 1), np.float32))
     assert any("aten::max_pool2d 'mp'" in n for n in info.value.__notes__)
