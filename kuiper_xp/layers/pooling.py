@@ -173,12 +173,14 @@ class AtenPool(_PoolBase):
     ``size(@0,2)`` with a dynamic input). ``max_pool1d/2d``: (input, kernel_size, stride,
     padding, dilation, ceil_mode); ``avg_pool2d``: (input, kernel_size, stride, padding,
     ceil_mode, count_include_pad, divisor_override), ``avg_pool1d`` without the last. A stride of
-    None or [] is the kernel's. Computed as the ``F.*_pool*d`` layers compute it."""
+    None or [] is the kernel's. Each window met runs through a :class:`MaxPool` / :class:`AvgPool`
+    made for it (kept: a model's input sizes are few)."""
 
     def __init__(self, ctx: BuildContext, nd: int, kind: str, where: str):
         super().__init__(ctx)
         self.nd, self.kind, self.where = nd, kind, where
-        self._fast = getattr(ctx.fast, f"{kind}_pool2d", None)
+        self._ctx = ctx
+        self._pools: dict[tuple, _PoolBase] = {}
 
     @classmethod
     def from_operator(cls, op, ctx):
@@ -208,23 +210,21 @@ class AtenPool(_PoolBase):
         d = self._ints(rest[0], "dilation", 1) if self.kind == "max" else (1, 1)
         flags = rest[1:] if self.kind == "max" else rest
         ceil = bool(to_int(flags[0], f"{self.where}: ceil_mode"))
-        k, s, p, d = _check_window(k, s, p, d, self.where, ShapeError)
-        x4, unbatched = self._as4d(x)
-        if self.kind == "max":
-            if self._fast is not None:
-                y = self._fast(x4, k, s, p, d, ceil)
-            else:
-                y = fn.max_pool2d(x4, k, s, p, d, ceil, False, xp=self.xp)
-            return self._from4d(y, unbatched)
-        cip = bool(to_int(flags[1], f"{self.where}: count_include_pad"))
+        cip = self.kind == "max" or bool(to_int(flags[1], f"{self.where}: count_include_pad"))
         div = None if len(flags) < 3 or flags[2] is None else to_int(flags[2], f"{self.where}: divisor_override")
-        if div is not None and div <= 0:
-            raise ShapeError(f"{self.where}: divisor_override={div} must be positive")
-        args = (x4, k, s, p, ceil, cip, div)
-        y = self._fast(*args) if self._fast is not None else None
-        if y is None:
-            y = fn.avg_pool2d(*args, xp=self.xp)
-        return self._from4d(y, unbatched)
+        key = (k, s, p, d, ceil, cip, div)
+        pool = self._pools.get(key)
+        if pool is None:
+            _check_window(k, s, p, d, self.where, ShapeError)
+            if div is not None and div <= 0:
+                raise ShapeError(f"{self.where}: divisor_override={div} must be positive")
+            pool = (MaxPool(self._ctx, self.nd, k, s, p, d, ceil, False) if self.kind == "max"
+                    else AvgPool(self._ctx, self.nd, k, s, p, ceil, cip, div))
+            pool.op_type, pool.op_name = self.op_type, self.op_name
+            if len(self._pools) >= 16:
+                self._pools.clear()
+            self._pools[key] = pool
+        return pool.forward(x)
 
 
 def _output_size(op, nd, slots: dict[str, int]):
