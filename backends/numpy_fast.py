@@ -1308,14 +1308,13 @@ _CHORD_SPECS = {
 
 
 def _chord_table(name: str) -> tuple:
-    """``(pairs, n, scale, offset, lo, hi)`` for :data:`_CHORD_SPECS` ``name``: piece i (1..n)
-    is the chord ``a_i + b_i x`` of g (float64) between knots ``-E + (i - 1) h`` and ``-E + i h``
-    (h = CHORD_STEP); piece 0 (x below -E - h/2) is 0, piece n + 1 (x from E on) is 1. ``pairs``
-    holds (a_i, b_i) as float32 pairs viewed as one float64 each, so that one gather fetches
-    both; x is clipped to [lo, hi] = [-E - h/2, E] before the lookup and ``x * scale + offset``
-    is then in [0.5, n + 1]. A chord is within h^2 / 8 * max|g''| of g (3e-8, relative to x
-    times that in GELU); with float32 rounding, GELU is within 1.9e-7 of max(1, |x|) of torch's
-    float64 GELU over [-8, 8], and within 4e-7 of it relatively for |x| < 1."""
+    """``(a, b, n, scale, offset, lo, hi)`` for :data:`_CHORD_SPECS` ``name``: piece i (1..n)
+    is the chord ``a[i] + b[i] x`` of g (float64, kept as two float32 tables) between knots ``-E
+    + (i - 1) h`` and ``-E + i h`` (h = CHORD_STEP); piece 0 (x below -E - h/2) is 0, piece n +
+    1 (x from E on) is 1. x is clipped to [lo, hi] = [-E - h/2, E] before the lookup and ``x *
+    scale + offset`` is then in [0.5, n + 1]. A chord is within h^2 / 8 * max|g''| of g (3e-8,
+    relative to x times that in GELU); with float32 rounding, GELU is within 1.9e-7 of max(1,
+    |x|) of torch's float64 GELU over [-8, 8], and within 4e-7 of it relatively for |x| < 1."""
     got = _chord_tabs.get(name)
     if got is None:
         fn, edge = _CHORD_SPECS[name]
@@ -1323,12 +1322,12 @@ def _chord_table(name: str) -> tuple:
         n = int(round(2 * edge / h))
         xs = -edge + h * np.arange(n + 1, dtype=np.float64)  # (h a power of two: exact knots)
         g = fn(xs)
-        b = (g[1:] - g[:-1]) / h
-        pairs = np.empty((n + 2, 2), np.float32)
-        pairs[1:n + 1, 0] = g[:-1] - b * xs[:-1]
-        pairs[1:n + 1, 1] = b
-        pairs[0], pairs[n + 1] = (0.0, 0.0), (1.0, 0.0)
-        got = _chord_tabs[name] = (pairs.view(np.float64).reshape(-1), n, 1.0 / h, edge / h + 1.0,
+        b = np.zeros(n + 2, np.float64)
+        a = np.zeros(n + 2, np.float64)
+        b[1:n + 1] = (g[1:] - g[:-1]) / h
+        a[1:n + 1] = g[:-1] - b[1:n + 1] * xs[:-1]
+        a[n + 1] = 1.0
+        got = _chord_tabs[name] = (a.astype(np.float32), b.astype(np.float32), n, 1.0 / h, edge / h + 1.0,
                                    -edge - h / 2, edge)
     return got
 
@@ -1343,25 +1342,28 @@ def _use_chords() -> bool:
 
 
 def _k_chords(name, s, d, tmp):
-    """float32 ``name`` = x g(x) by its chord table of g in 8 passes, one a gather (see
-    _chord_table). 2 Zen 3 threads, the two forms alternated call by call, medians (chords of
-    x g(x) then, 7 passes): GELU 0.85-0.87 of the polynomial form's time over (400, 3072),
-    (3136, 384), (1, 256, 56, 56) and (8, 197, 3072); the tanh form 0.78-0.92 of its np.tanh
-    form's. NaN stays NaN through the clip, takes piece 0 (its cast to int32 is out of range, and
-    ``take`` clips) and gives 0 * NaN."""
-    pairs, n, scale, offset, lo, hi = _chord_table(name)
+    """float32 ``name`` = x g(x) by its chord tables of g in 9 passes, two of them gathers (see
+    _chord_table): the piece's index as int64 (``take`` converts int32 indices itself, a hidden
+    pass), then b and a each from its own table, so that the products read contiguous arrays
+    (one gather of (a, b) pairs as float64 left two strided passes: 0.75-0.8 ns an element
+    each against 0.15-0.3; the whole 0.65-0.85 of that form's time over 600 K elements on one
+    Zen 3 thread, the same values). 2 Zen 3 threads, the chords of GELU itself (7 passes)
+    against the polynomial form: 0.85-0.87 of its time over (400, 3072), (3136, 384), (1, 256,
+    56, 56) and (8, 197, 3072); the tanh form 0.78-0.92 of its np.tanh form's. NaN stays NaN
+    through the clip, takes piece 0 (its cast is out of range, and ``take`` clips) and gives 0 *
+    NaN."""
+    a, b, n, scale, offset, lo, hi = _chord_table(name)
     xc, t = tmp(0), tmp(1)
     _uclip(s, lo, hi, out=xc)
     np.multiply(xc, scale, out=t)
     t += offset
-    idx = tmp(2).view(np.int32)
+    idx = _workspace((s.size,), np.int64, slot=_CHORD_SLOT)
     np.copyto(idx, t, casting="unsafe")  # t >= 0.5: truncation is the floor
-    g = _workspace((s.size,), np.float64, slot=_CHORD_SLOT)
-    np.take(pairs, idx, out=g, mode="clip")
-    ab = g.view(np.float32)
-    np.multiply(ab[1::2], xc, out=xc)
-    xc += ab[0::2]
-    np.multiply(s, xc, out=d)
+    np.take(b, idx, out=t, mode="clip")
+    t *= xc
+    np.take(a, idx, out=xc, mode="clip")
+    t += xc
+    np.multiply(s, t, out=d)
 
 
 def _k_gelu(s, d, tmp):
@@ -1428,7 +1430,7 @@ def _memory_order(x: np.ndarray):
     return perm, inv
 
 
-_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 3, "gelu_tanh": 3, "mish": 2,
+_N_TEMPS = {"sigmoid": 0, "silu": 1, "hardswish": 1, "hardsigmoid": 0, "gelu": 2, "gelu_tanh": 2, "mish": 2,
             "tanh": 0}
 #: weights of the kernels' size against PARALLEL_MIN_ELEMENTS when deciding whether to split a
 #: map over the threads: the transcendental ones pay from 128 Ki elements on (measured on 2 Zen 3
