@@ -536,6 +536,7 @@ class EmbeddingBag(Layer):
         bags = offs.shape[0]
         even = (mode != 2 and not padded and bags > 0 and length > 0 and length % bags == 0
                 and bool(xp.all(offs == xp.arange(0, length, length // bags, dtype=xp.int64, device=dev))))
+        extra = None
         if even:
             # bags of one length (a 2-D input: pnnx's offsets from arange): one sum over an axis,
             # the entries of each bag added in order as the segment loop adds them
@@ -543,10 +544,7 @@ class EmbeddingBag(Layer):
             out = xp.sum(xp.reshape(rows, (bags, k, rows.shape[1])), axis=1)
             if mode == 1:
                 out = out / xp.asarray(k, dtype=out.dtype, device=dev)
-            # (torch's auxiliary results as below: sum's zeros have one entry per offset given)
-            count = (xp.full((bags,), k, dtype=xp.int64, device=dev) if mode == 1
-                     else xp.zeros((offsets.shape[0],), dtype=xp.int64, device=dev))
-            extra = count
+                count = xp.full((bags,), k, dtype=xp.int64, device=dev)
         else:
             # bag b holds the entries [starts[b], ends[b]): reduced by segments, not through a
             # (bags, indices) membership matrix (quadratic in the batch: 1.5 s at 4096 bags of 8)
@@ -554,9 +552,10 @@ class EmbeddingBag(Layer):
             ends = xp.concat([starts[1:], xp.asarray([length], dtype=xp.int64, device=dev)])
             ends = xp.maximum(ends, starts)
             valid = (idx != to_int(padding_idx, "padding_idx")) if padded else xp.ones((length,), dtype=xp.bool, device=dev)
-            zero = xp.zeros((1,), dtype=xp.int64, device=dev)
-            seen = xp.concat([zero, xp.cumulative_sum(xp.astype(valid, xp.int64))])
-            count = xp.take(seen, ends) - xp.take(seen, starts)
+            if mode != 0:  # (the bag sizes: mean's divisor, max's and mean's auxiliary results)
+                zero = xp.zeros((1,), dtype=xp.int64, device=dev)
+                seen = xp.concat([zero, xp.cumulative_sum(xp.astype(valid, xp.int64))])
+                count = xp.take(seen, ends) - xp.take(seen, starts)
             if mode == 2:
                 out, extra = self._segment_max(rows, idx, valid, starts, ends)
             else:
@@ -565,19 +564,19 @@ class EmbeddingBag(Layer):
                 out = self._segment_sum(rows, starts, ends)
                 if mode == 1:
                     out = out / xp.reshape(xp.astype(xp.clip(count, min=1), rows.dtype), (-1, 1))
-                # torch's auxiliary results: mean repeats bag_size as max_indices, sum leaves both
-                # zero (one per offset, the last one included, where include_last_offset is set)
-                if mode == 0:
-                    count = xp.zeros((offsets.shape[0],), dtype=xp.int64, device=dev)
-                extra = count
         if self.n_out == 1:
             return out
+        # torch's auxiliary results: mean repeats bag_size as max_indices, sum leaves both zero
+        # (one per offset, the last one included, where include_last_offset is set)
+        if mode == 0:
+            count = xp.zeros((offsets.shape[0],), dtype=xp.int64, device=dev)
+        if extra is None:
+            extra = count
         if mode == 0 and not padded:
             bag_of = xp.zeros((0,), dtype=xp.int64, device=dev)  # torch leaves offset2bag empty
         else:  # offset2bag: each entry's bag
             bag_of = xp.searchsorted(offs, xp.arange(length, dtype=xp.int64, device=dev), side="right") - 1
-        results = (out, bag_of, count, extra)
-        return results[0] if self.n_out == 1 else results[:self.n_out]
+        return (out, bag_of, count, extra)[:self.n_out]
 
     def _segment_sum(self, rows: Any, starts: Any, ends: Any) -> Any:
         """Each bag's sum, in order (a NaN or inf stays in its bag): the backend's segment
