@@ -13,7 +13,7 @@ from helpers import Fn, case_exporter
 from test_layers_misc import make_layer, t2n
 
 import kuiper_xp
-from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.errors import LayerParameterError, ResourceLimitError, ShapeError
 
 
 def _r(*shape, seed=0, dtype=torch.float32):
@@ -72,6 +72,11 @@ CASES = {
                       torch.linspace(2, 7, x.shape[-1], dtype=torch.int64), torch.linspace(x.shape[0], 3.5, 4),
                       torch.linspace(-3.3, 1e3, 7) * 1, torch.linspace(5, 5, 1) + x[0, :1])),
         (_r(2, 6),), {"aten::linspace"}, (_r(3, 9, seed=1),)),
+    # an identity of a size from the input's shape (SchNet-style masks of the diagonal); dtypes by code
+    "eye": (
+        Fn(lambda x: (x * (1 - torch.eye(x.shape[1])), torch.eye(x.shape[0], x.shape[1], dtype=torch.int64),
+                      torch.eye(x.shape[1], 3, dtype=torch.float64), torch.eye(x.shape[0] - 2, x.shape[1]) + 1)),
+        (_r(2, 5, 5),), {"aten::eye"}, (_r(4, 6, 6, seed=1),)),
     "combinations": (
         Fn(lambda v, i: (torch.combinations(v), torch.combinations(v, r=3, with_replacement=True),
                          torch.combinations(v, r=1), torch.combinations(v, r=5), torch.combinations(v, r=0),
@@ -254,6 +259,15 @@ def test_diff_vander_combinations_reject_bad_operands(backend):
         vd(_arr(backend, 3), -1, False)
     empty = vd(backend.asarray(np.zeros(0, dtype=np.float32)), None, False)  # (not exportable: pnnx hangs)
     assert_close(backend.to_numpy(empty), t2n(torch.vander(torch.zeros(0))), what="vander of nothing")
+    ey = make_layer(backend, "aten::eye ey 5 1 0 1 2 3 4 5", 5)
+    with pytest.raises(ShapeError, match=r"aten::eye 'ey': n and m must be non-negative, found -2 and -2"):
+        ey(-2, None, None, "cpu", False)
+    with pytest.raises(ResourceLimitError, match=r"aten::eye 'ey': the output would have 10,000,000,000,000,000 "):
+        ey(10**8, None, None, "cpu", False)
+    with pytest.raises(ShapeError, match=r"aten::eye 'ey': unsupported dtype code 99"):
+        ey(3, 99, None, "cpu", False)
+    with pytest.raises(LayerParameterError, match=r"aten::eye.*expected 5 or 6 inputs"):
+        make_layer(backend, "aten::eye ey 2 1 0 1 2", 2)
     cb = make_layer(backend, "aten::combinations cb 3 1 0 1 2 3", 3)
     with pytest.raises(ShapeError, match=r"aten::combinations 'cb': expects a 1-d vector, found shape \(2, 2\)"):
         cb(_arr(backend, 2, 2), 2, False)

@@ -575,6 +575,46 @@ def test_slice_assignment_matches_torch(backend, tmp_path):
     compare_with_torch(SliceAssign(), (x2, y2), backend, rtol=0, param=param)
 
 
+class NumberAssign(nn.Module):
+    """A number assigned to an element of a tensor computed in ``forward`` (TimesNet's
+    ``frequency_list[0] = 0``): pnnx writes ``Tensor.slice_copy`` with the number as a
+    parameter ``src`` and no second input."""
+
+    def forward(self, x):
+        y = x.mean(0) * 2
+        y[0] = 0
+        w = x * 3
+        w[:, -1] = -1.5
+        return x + y, w
+
+
+def test_slice_copy_of_a_number_matches_torch(backend, tmp_path):
+    from helpers import compare_with_torch
+
+    x, x2 = torch.randn(2, 8), torch.randn(3, 8)
+    param = compare_with_torch(NumberAssign(), (x,), backend, tmp_path, rtol=0, inputs2=(x2,))
+    text = param.read_text()
+    # (y is static: the number as a parameter; w has the dynamic batch: a Tensor.fill as the source)
+    assert "src=0.0" in text, "pnnx no longer writes the number as a parameter"
+    compare_with_torch(NumberAssign(), (x2,), backend, rtol=0, param=param)
+
+
+def test_slice_copy_number_is_cast_like_torch(backend):
+    """The number is cast to the input's dtype as torch's assignment casts it (truncated into
+    integers, nonzero -> True for bool); a slice_copy with neither a source input nor a number
+    is refused at build, naming it."""
+    sc = make_layer(backend, "Tensor.slice_copy", "dim=1 start=1 end=3 step=1 src=2.7", names=("self",))
+    for dt, tdt in ((np.int64, torch.int64), (np.float32, torch.float32), (np.bool_, torch.bool)):
+        x = np.zeros((2, 4), dtype=dt)
+        want = torch.zeros(2, 4, dtype=tdt)
+        want[:, 1:3] = 2.7
+        got = backend.to_numpy(run(backend, sc, x))
+        assert got.dtype == dt
+        np.testing.assert_array_equal(got, want.numpy())
+    with pytest.raises(LayerParameterError, match=r"Tensor.slice_copy 'op'.*no source to assign"):
+        make_layer(backend, "Tensor.slice_copy", "dim=1 start=1 end=3 step=1", names=("self",))
+
+
 def test_slice_copy_and_fill_edges(backend):
     """slice_copy leaves its input alone, broadcasts and casts the source, names itself when the
     source does not fit; fill casts its value to the input's dtype (truncating for integers)."""

@@ -2,7 +2,8 @@
 ``aten::unfold`` (``Tensor.unfold``), ``aten::fliplr`` / ``flipud`` / ``msort``, ``aten::diff``,
 ``aten::vander``, ``aten::combinations``, ``aten::trapezoid`` / ``trapz`` /
 ``cumulative_trapezoid``, ``aten::cov`` / ``corrcoef``, ``aten::renorm``, ``aten::pdist``,
-``aten::atleast_1d`` / ``2d`` / ``3d``, ``aten::ravel`` and ``aten::take``.
+``aten::atleast_1d`` / ``2d`` / ``3d``, ``aten::ravel``, ``aten::take`` and ``aten::eye`` (``torch.eye`` of a
+size from the input's shape; a constant size is folded by pnnx).
 
 pnnx spellings (torch 2.13 exports); every scalar argument arrives as an input fed by a constant
 ``pnnx.Expression`` (``expr=1``, ``expr=[0,1]``, ``expr=None``, ``expr=True``, ``expr=inf``):
@@ -46,6 +47,7 @@ import math
 from typing import Any
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
+from kuiper_xp.limits import check_elements
 
 from .base import BuildContext, Layer
 from .checks import check_range
@@ -414,6 +416,43 @@ class Linspace(_ArrayLayer):
         second = hi - step * (xp.asarray(n - 1, dtype=work, device=self.device) - i[half:])
         y = xp.concat([first, second])
         return y if y.dtype == out else xp.astype(y, out)
+
+
+@register("aten::eye")
+class Eye(_ArrayLayer):
+    """``torch.eye(n)`` / ``torch.eye(n, m)`` whose size pnnx keeps as an input (``aten::eye op 5 1
+    n dtype layout device pin_memory``, or 6 with ``m``; ``n`` often ``size(@0,k)``): ones on the
+    diagonal of an (n, m) matrix. The dtype is the one the file declares for the output, else
+    the ``dtype`` code, else float32."""
+
+    n_inputs = (5, 6)
+
+    def __init__(self, ctx: BuildContext, dtype: Any, square: bool):
+        super().__init__(ctx)
+        self.dtype, self.square = dtype, square
+
+    @classmethod
+    def from_operator(cls, op, ctx: BuildContext):
+        if len(op.inputs) not in cls.n_inputs:
+            raise LayerParameterError(f"{op.where}: expected 5 or 6 inputs (n, [m,] dtype, layout, device, "
+                                      f"pin_memory), found {len(op.inputs)}")
+        return cls(ctx, output_dtype(op, ctx.xp), len(op.inputs) == 5)
+
+    def forward(self, n: Any, *rest: Any) -> Any:
+        xp = self.xp
+        m, dtype = (n, rest[0]) if self.square else (rest[0], rest[1])
+        rows, cols = self._int(n, "n"), self._int(m, "m")
+        if rows < 0 or cols < 0:
+            raise ShapeError(f"{self.who}: n and m must be non-negative, found {rows} and {cols}")
+        check_elements(rows * cols, self.who)
+        out = self.dtype
+        if out is None:
+            code = None if dtype is None else self._int(dtype, "dtype")
+            name = "float32" if code is None else _SCALAR_TYPES.get(code)
+            if name is None or not hasattr(xp, name):
+                raise ShapeError(f"{self.who}: unsupported dtype code {code}")
+            out = getattr(xp, name)
+        return xp.eye(rows, cols, dtype=out, device=self.device)
 
 
 @register("aten::combinations")

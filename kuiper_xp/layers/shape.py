@@ -815,17 +815,52 @@ class SliceCopy(Slice):
     """torch's in-place assignment into a slice (``x[..., a:b] = y``, ``x[:, 0] = y``), which
     pnnx writes as ``Tensor.slice_copy $self $src`` with :class:`Slice`'s parameters: a copy of
     ``self`` with ``src`` (broadcast to the slice, cast to self's dtype) written into the slice;
-    ``self`` itself is not modified (other layers may share it)."""
+    ``self`` itself is not modified (other layers may share it). A number assigned (``y[0] = 0``
+    on a tensor computed in ``forward``: TimesNet's ``frequency_list[0] = 0``) comes as the
+    parameter ``src`` with no second input."""
 
-    def forward(self, x: Any, src: Any, *extra: Any) -> Any:
+    def __init__(self, ctx: BuildContext, multi: bool, params: dict[str, Any], slots: dict[str, int],
+                 src: Any = None):
+        super().__init__(ctx, multi, params, slots)
+        self.src = src  # the number assigned, or None: the source is the second input
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        layer = super().from_operator(op, ctx)
+        src = op.params.get("src")
+        if len(op.inputs) == 1 or (src is not None and "src" not in op.input_names):
+            if not isinstance(src, (bool, int, float)):
+                raise LayerParameterError(f"{op.where}: no source to assign: neither a second input nor a "
+                                          f"number 'src' (found {src!r})")
+            if len(op.inputs) != 1 + len(layer.slots):
+                raise LayerParameterError(f"{op.where}: a number 'src'={src!r} and {len(op.inputs)} inputs; "
+                                          f"expected the input and its {len(layer.slots)} named slice bound(s)")
+            layer.src = src
+        return layer
+
+    def forward(self, x: Any, *rest: Any) -> Any:
         xp = self.xp
         shape = tuple(x.shape)
-        if extra:
-            key = self._key(shape, self._values((src,) + extra))
+        if self.src is None:
+            if not rest:
+                raise ShapeError(f"{self.who}: no source to assign (the file gives no second input)")
+            src, extra = rest[0], rest
+        else:
+            src, extra = None, (None,) + rest
+        if len(extra) > 1:
+            key = self._key(shape, self._values(extra))
         else:
             key = self.cached(shape, lambda: self._key(shape, self.params))
         out = xp.asarray(x, copy=True)
         target = out[key]
+        if src is None:  # the number cast as torch casts it: 2.7 into an integer tensor is 2
+            v = self.src
+            if out.dtype == xp.bool:
+                v = bool(v)
+            elif not xp.isdtype(out.dtype, ("real floating", "complex floating")):
+                v = int(v)
+            out[key] = xp.asarray(v, dtype=out.dtype, device=self.device)
+            return out
         try:
             value = xp.broadcast_to(src, tuple(target.shape))
         except Exception:  # noqa: BLE001 - the library's own broadcasting error
