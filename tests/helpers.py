@@ -40,8 +40,15 @@ def export_torch(module, inputs, out_dir=None, inputs2=None, name="m") -> Path:
     if inputs2 is not None:
         kwargs["inputs2"] = tuple(inputs2)
     pt = out_dir / f"{name}.pt"
+    (out_dir / f"{name}.pnnx.param").unlink(missing_ok=True)  # (a stale one would hide a failure below)
     with torch.no_grad(), quiet_fds():
-        pnnx.export(module, str(pt), inputs, **kwargs)
+        try:
+            pnnx.export(module, str(pt), inputs, **kwargs)
+        except SyntaxError:
+            # (as export_module: pnnx imports the Python it generated at the end, which raw
+            # aten:: ops make invalid, after writing a complete .pnnx.param/.bin)
+            if not (out_dir / f"{name}.pnnx.param").exists():
+                raise
     for suffix in (".pt", "_pnnx.py", ".pnnx.onnx", ".ncnn.param", ".ncnn.bin", "_ncnn.py"):
         p = out_dir / f"{name}{suffix}"
         if p.exists():
