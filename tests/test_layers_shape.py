@@ -5,6 +5,8 @@ spatial size) run end to end through kuiper_xp.load."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -568,7 +570,10 @@ def test_slice_assignment_matches_torch(backend, tmp_path):
 
     x, y = torch.randn(2, 4, 5, 12), torch.randn(2, 2, 5, 12)
     x2, y2 = torch.randn(3, 4, 5, 12), torch.randn(3, 2, 5, 12)
-    param = compare_with_torch(SliceAssign(), (x, y), backend, tmp_path, rtol=0, inputs2=(x2, y2))
+    with warnings.catch_warnings():
+        # (its fills feed slice copies: no warning about folded constants)
+        warnings.filterwarnings("error", message=".*fills the folded constant")
+        param = compare_with_torch(SliceAssign(), (x, y), backend, tmp_path, rtol=0, inputs2=(x2, y2))
     text = param.read_text()
     for t in ("Tensor.slice_copy", "Tensor.fill", "select=0", "steps=(2,1)"):
         assert t in text, f"pnnx no longer emits {t}"
@@ -613,6 +618,27 @@ def test_slice_copy_number_is_cast_like_torch(backend):
         np.testing.assert_array_equal(got, want.numpy())
     with pytest.raises(LayerParameterError, match=r"Tensor.slice_copy 'op'.*no source to assign"):
         make_layer(backend, "Tensor.slice_copy", "dim=1 start=1 end=3 step=1", names=("self",))
+
+
+class FoldedSliceAssign(nn.Module):
+    """A slice assignment into a tensor pnnx folds (MAE's ``mask = torch.ones([N, L]); mask[:,
+    :keep] = 0``): pnnx keeps the slice alone, as a ``pnnx.Attribute`` and a ``Tensor.fill``,
+    and drops the write into the whole tensor."""
+
+    def forward(self, x):
+        m = torch.ones(1, 8)
+        m[:, :3] = 0
+        return x * m
+
+
+def test_fill_of_a_folded_constant_warns_at_load(tmp_path):
+    param = export_torch(FoldedSliceAssign(), (torch.randn(1, 8),), tmp_path)
+    text = param.read_text()
+    if "Tensor.slice_copy" in text or "Tensor.fill" not in text:
+        pytest.skip("pnnx now exports the slice assignment whole")
+    with pytest.warns(UserWarning, match=r"Tensor.fill .*fills the folded constant .*\(1,3\) that no slice copy "
+                                         r"reads: pnnx writes this for a slice assignment"):
+        kuiper_xp.load(param, backend="numpy")
 
 
 def test_slice_copy_and_fill_edges(backend):

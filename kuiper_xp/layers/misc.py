@@ -17,6 +17,7 @@ shared with the other layer modules of this family (attention, norm, resize).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -529,6 +530,25 @@ class AtenNewFull(Layer):
         return self.xp.full(to_int_list(size), _scalar_input(self.xp, fill), dtype=dtype, device=self.device)
 
 
+def _warn_fill_of_folded(op: Any, pos: int) -> None:
+    """Warn when a fill reads a constant pnnx folded (a ``pnnx.Attribute``) and no slice copy
+    takes its result: what pnnx leaves of a slice assignment into a tensor it folded (``m =
+    torch.ones(1, 8); m[:, :3] = 0; x * m``, even in a static export): the slice alone, the
+    write into the whole tensor dropped, so the result has the slice's shape (a broadcast error
+    later) or, for a single element, broadcasts to a silently wrong answer."""
+    src = op.inputs[pos].producer if pos < len(op.inputs) else None
+    if src is None or src.type != "pnnx.Attribute":
+        return
+    if any(c.type == "Tensor.slice_copy" for o in op.outputs for c in o.consumers):
+        return
+    warnings.warn(
+        f"{op.where}: fills the folded constant {src.name!r} {op.inputs[pos].shape_str()} that no slice copy "
+        "reads: pnnx writes this for a slice assignment into a tensor it folded (m = torch.ones(1, 8); "
+        "m[:, :3] = 0), having dropped the write into the whole tensor, so the result is likely not "
+        "torch's. Build such a tensor out of place (torch.cat, torch.where) or make it a buffer.",
+        stacklevel=2)
+
+
 @register("Tensor.fill", "Tensor.fill_")
 class Fill(Layer):
     """``x.fill_(value)`` as a fresh array: x's shape and dtype, every element ``value`` (a
@@ -550,6 +570,7 @@ class Fill(Layer):
                                           "for a boolean slice assignment such as m[:, 0] = False; build "
                                           "the mask with torch.cat or torch.where instead)")
             raise LayerParameterError(f"{op.where}: parameter 'value' is missing")
+        _warn_fill_of_folded(op, slots["input"])
         return cls(ctx, value, slots.get("value"), slots["input"])
 
     def forward(self, *inputs: Any) -> Any:
