@@ -510,7 +510,8 @@ def _sdpa_ref(q, k, v, scale, mask=None):
                                   "big_scores", "all_masked_row", "float64", "cross_lengths",
                                   "item_blocks", "item_blocks_mask", "item_blocks_big_scores",
                                   "split_rows", "split_rows_mask_scale1"])
-def test_numpy_fast_attention(case, monkeypatch):
+@pytest.mark.parametrize("nn_copy", [True, False], ids=["kT_copied", "kT_view"])
+def test_numpy_fast_attention(case, nn_copy, monkeypatch):
     """numpy_fast.attention (the fused per-block path of MultiheadAttention/SDPA) against torch's
     scaled_dot_product_attention: strided per-head views of one fused QKV tensor, heads split over
     3 threads when there are fewer items than threads, several blocks per thread, masks, scores
@@ -518,11 +519,14 @@ def test_numpy_fast_attention(case, monkeypatch):
     ``item_blocks*``: all heads of two items per block, one stacked product per block (Swin's
     windows), 7 items so the last block is short; ``split_rows*``: one item with fewer blocks of
     heads than threads, each thread taking every head for a third of 41 query rows (timm's
-    ViT-Tiny), with a full (heads, L, S) mask sliced by rows and a scale of 1 (none applied)."""
+    ViT-Tiny), with a full (heads, L, S) mask sliced by rows and a scale of 1 (none applied).
+    Both ways of reading k: copied as k^T (N-N products, the scale folded in) and as a
+    transposed view (the scale on the scores)."""
     from kuiper_xp.backends import numpy_fast as nf
 
     from kuiper_xp.layers.attention import attend
 
+    monkeypatch.setattr(nf, "ATTENTION_NN_COPY", nn_copy)
     monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
     monkeypatch.setattr(nf, "ATTENTION_BLOCK_BYTES", 3 * 7 * 9 * 4)  # blocks of 3 heads
     rng = np.random.default_rng(11)
