@@ -616,6 +616,12 @@ def test_slice_copy_number_is_cast_like_torch(backend):
         got = backend.to_numpy(run(backend, sc, x))
         assert got.dtype == dt
         np.testing.assert_array_equal(got, want.numpy())
+    # a bound from an input beside the number: inputs (self, start)
+    sc = make_layer(backend, "Tensor.slice_copy", "dim=1 end=3 step=1 src=5", n_in=2, names=("self", "start"))
+    got = backend.to_numpy(run(backend, sc, np.zeros((2, 4), np.float32), 1))
+    want = np.zeros((2, 4), np.float32)
+    want[:, 1:3] = 5
+    np.testing.assert_array_equal(got, want)
     with pytest.raises(LayerParameterError, match=r"Tensor.slice_copy 'op'.*no source to assign"):
         make_layer(backend, "Tensor.slice_copy", "dim=1 start=1 end=3 step=1", names=("self",))
 

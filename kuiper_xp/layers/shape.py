@@ -844,11 +844,11 @@ class SliceCopy(Slice):
         if self.src is None:
             if not rest:
                 raise ShapeError(f"{self.who}: no source to assign (the file gives no second input)")
-            src, extra = rest[0], rest
+            src, bounds = rest[0], len(rest) > 1
         else:
-            src, extra = None, (None,) + rest
-        if len(extra) > 1:
-            key = self._key(shape, self._values(extra))
+            src, bounds = None, bool(rest)
+        if bounds:  # (rest[i - 1] is input i, as _values reads them)
+            key = self._key(shape, self._values(rest))
         else:
             key = self.cached(shape, lambda: self._key(shape, self.params))
         out = xp.asarray(x, copy=True)
