@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import assert_close
-from helpers import export_module, export_torch, make_layer, ref, run, run_graph, torch_outputs  # noqa: E402
+from helpers import Fn, export_module, export_torch, make_layer, ref, run, run_graph, torch_outputs  # noqa: E402
 
 import kuiper_xp
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -645,6 +645,37 @@ def test_fill_of_a_folded_constant_warns_at_load(tmp_path):
     with pytest.warns(UserWarning, match=r"Tensor.fill .*fills the folded constant .*\(1,3\) that no slice copy "
                                          r"reads: pnnx writes this for a slice assignment"):
         kuiper_xp.load(param, backend="numpy")
+
+
+class NarrowTail(nn.Module):
+    """A streaming cache: the last 3 frames of ``cat([c, x], 1)``, by ``narrow`` with a start
+    from the concatenation's size (pnnx folds it to the first example's value) and by a slice
+    (exported right)."""
+
+    def forward(self, x, c):
+        y = torch.cat([c, x], 1)
+        return y.narrow(1, y.size(1) - 3, 3), y[:, -3:] * 2
+
+
+def test_narrow_with_a_folded_start_on_a_dynamic_dim_warns(tmp_path):
+    param = export_torch(NarrowTail(), (torch.randn(2, 10), torch.randn(2, 3)), tmp_path,
+                         inputs2=(torch.randn(3, 14), torch.randn(3, 3)))
+    text = param.read_text()
+    if "pnnx.Attribute" not in text:
+        pytest.skip("pnnx no longer folds the start")
+    with pytest.warns(UserWarning, match=r"torch.narrow .*its start is the constant .* pnnx folded, while dim 1 "):
+        g = kuiper_xp.load(param, backend="numpy")
+    x, c = np.random.rand(2, 12).astype(np.float32), np.random.rand(2, 3).astype(np.float32)
+    with torch.no_grad():
+        want = NarrowTail()(torch.from_numpy(x), torch.from_numpy(c))
+    got = [kuiper_xp.to_numpy(o) for o in g(x, c)]
+    np.testing.assert_array_equal(got[1], want[1].numpy())  # the slice: right at any length
+    assert not np.array_equal(got[0], want[0].numpy())  # (why it warns: the folded start)
+    with warnings.catch_warnings():  # a narrow whose start pnnx keeps computed: no warning
+        warnings.filterwarnings("error", message=".*pnnx folded, while dim")
+        p2 = export_torch(Fn(lambda x: x.narrow(1, x.size(1) - 3, 3)), (torch.randn(2, 10),), tmp_path / "b",
+                          inputs2=(torch.randn(3, 14),))
+        kuiper_xp.load(p2, backend="numpy")
 
 
 def test_slice_copy_and_fill_edges(backend):

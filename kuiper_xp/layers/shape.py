@@ -13,6 +13,7 @@ of ints from a ``pnnx.Expression`` / ``pnnx.SliceIndexes`` op, or a 0-d / 1-d in
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -899,6 +900,25 @@ class Select(ShapeLayer):
         return x[self.cached(shape, lambda: self._key(shape, self.index))]
 
 
+def _warn_folded_bound(op: Any, slots: dict[str, int], dim: int) -> None:
+    """Warn when a narrow's start or length is a constant pnnx folded (a ``pnnx.Attribute``)
+    while the narrowed dimension is dynamic: pnnx freezes ``y.size(d) - k`` of a computed tensor
+    (a concatenation, a sum) to the first example's value (a streaming cache kept by
+    ``cat([c, x], 1).narrow(1, size - 3, 3)``: right at that size only, silently)."""
+    x = op.inputs[0].shape if op.inputs else None
+    if x is None or not -len(x) <= dim < len(x) or x[dim] is not None:
+        return
+    for key in ("start", "length"):
+        pos = slots.get(key)
+        src = op.inputs[pos].producer if pos is not None else None
+        if src is not None and src.type == "pnnx.Attribute":
+            warnings.warn(
+                f"{op.where}: its {key} is the constant {src.name!r} pnnx folded, while dim {dim} of its input "
+                f"{op.inputs[0].shape_str()} is dynamic: pnnx freezes a size of a computed tensor (y.size(1) - 3 "
+                "after a torch.cat) to the first example's value, so other sizes take the wrong elements. "
+                "Slice with y[:, -3:], or take the size from a model input.", stacklevel=2)
+
+
 @register("torch.narrow", "Tensor.narrow")
 class Narrow(ShapeLayer):
     """``x[..., start:start+length, ...]`` on ``dim`` (negative start counts from the end);
@@ -916,7 +936,9 @@ class Narrow(ShapeLayer):
         slots = {k: v for k, v in input_slots(op, ("input", "start", "length")).items() if k != "input"}
         start = None if "start" in slots else op.param("start", int)
         length = None if "length" in slots else op.param("length", int)
-        return cls(ctx, op.param("dim", int), start, length, slots)
+        dim = op.param("dim", int)
+        _warn_folded_bound(op, slots, dim)
+        return cls(ctx, dim, start, length, slots)
 
     def _key(self, shape: tuple[int, ...], start: int, length: int) -> tuple[Any, ...]:
         d = norm_dim(self.dim, len(shape), self.who)
