@@ -49,6 +49,10 @@ def export_torch(module, inputs, out_dir=None, inputs2=None, name="m") -> Path:
             # aten:: ops make invalid, after writing a complete .pnnx.param/.bin)
             if not (out_dir / f"{name}.pnnx.param").exists():
                 raise
+        except FileNotFoundError:  # (pnnx stopped without its files: a result never used, say)
+            if not (out_dir / f"{name}.pnnx.param").exists():
+                raise RuntimeError(f"pnnx did not write {out_dir / (name + '.pnnx.param')} (pnnx stops "
+                                   "silently on some modules, one whose result is never used among them)") from None
     for suffix in (".pt", "_pnnx.py", ".pnnx.onnx", ".ncnn.param", ".ncnn.bin", "_ncnn.py"):
         p = out_dir / f"{name}{suffix}"
         if p.exists():
