@@ -52,6 +52,26 @@ def test_tokens_and_positions_of_the_seed_example():
     ]
 
 
+def test_complex_literals_as_pnnx_writes_them():
+    """pnnx writes a Python complex constant as ``<real>+<imag>j`` with both parts in %e form."""
+    toks = tokenize("mul(@0,1.000000e+00+2.000000e+00j)")
+    assert [(t.kind, t.text, t.start, t.end) for t in toks][4] == (
+        TokenKind.COMPLEX, "1.000000e+00+2.000000e+00j", 7, 33)
+    toks = tokenize("add(-1.5e+00-2.000000e-01j,@1)")
+    assert toks[2].kind is TokenKind.COMPLEX and toks[2].text == "-1.5e+00-2.000000e-01j"
+    with pytest.raises(ExpressionError, match="unexpected character '\\+'"):  # (not a literal: runs into a letter)
+        tokenize("mul(@0,1.0+2.0jx)")
+    x = np.array([1 + 1j, -2 + 0.5j], np.complex64)
+    got = evaluate("mul(@0,1.000000e+00-2.000000e+00j)", [x], xp=np)
+    assert got.dtype == np.complex64
+    np.testing.assert_array_equal(got, (torch.from_numpy(x) * (1 - 2j)).numpy())
+    r = np.array([0.5, -3.0], np.float64)  # a float64 tensor with a complex scalar: complex128, as torch
+    got = evaluate("add(@0,0.000000e+00+1.000000e+00j)", [r], xp=np)
+    want = (torch.from_numpy(r) + 1j).numpy()
+    assert got.dtype == want.dtype == np.complex128
+    np.testing.assert_array_equal(got, want)
+
+
 def test_whitespace_is_skipped_and_positions_index_the_original_text():
     text = "add(@0, mul(@1, @2))"
     toks = tokenize(text)

@@ -231,3 +231,20 @@ def test_equal_expressions_share_one_compiled_program(model_backend, tmp_path):
     assert_close(b.to_numpy(got), (e2 * 2.5 + e2).numpy(), rtol=1e-6)
     with pytest.raises(KuiperXPError, match="'e1'"):
         g(b.asarray(np.ones((2, 3), np.float32)), b.asarray(np.ones((3, 2), np.float32)))
+
+
+class ComplexConstants(torch.nn.Module):
+    """Python complex constants in arithmetic on complex tensors (rotary embeddings in complex
+    form, frequency-domain filters): pnnx writes them as ``1.000000e+00+2.000000e+00j``."""
+
+    def forward(self, x):
+        z = torch.view_as_complex(x)
+        return torch.view_as_real(z * (1 + 2j) + 1j - (0.5 - 1.5j) * z.conj())
+
+
+def test_complex_constants_match_torch(model_backend, tmp_path):
+    x, x2 = _rand(2, 3, 4, 2, seed=11), _rand(3, 3, 4, 2, seed=12)
+    param = export_torch(ComplexConstants(), (x,), tmp_path, inputs2=(x2,))
+    exprs = [op.params["expr"] for op in parse_param(param).operators if op.type == "pnnx.Expression"]
+    assert any("e+00j" in e for e in exprs), f"pnnx no longer writes complex literals this way: {exprs}"
+    compare_with_torch(ComplexConstants(), (x2,), model_backend, param=param)

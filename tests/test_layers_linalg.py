@@ -122,9 +122,10 @@ CASES = {
         (_r(2, 3, 4), _i(3, 5)), {"aten::rot90"}),
     "channel_shuffle": (
         Fn(lambda s, x, y, i: (s.m[0](x), F.channel_shuffle(x, 3), torch.channel_shuffle(y, 2),
-                               torch.channel_shuffle(i, 4)),
+                               torch.channel_shuffle(i, 4), F.native_channel_shuffle(x, 2)),
            nn.ChannelShuffle(2)),
-        (_r(2, 6, 3, 3), _r(1, 4, 5, seed=1), _i(1, 8, 2, 1, 2)), {"aten::channel_shuffle"}),
+        (_r(2, 6, 3, 3), _r(1, 4, 5, seed=1), _i(1, 8, 2, 1, 2)),
+        {"aten::channel_shuffle", "aten::native_channel_shuffle"}),
     "einsum_diag": (
         Fn(lambda s, a, b, c, d: (torch.einsum("ii->i", a), torch.einsum("ii", a), torch.einsum("bii->b", b),
                                   torch.einsum("...ii->...i", b), torch.einsum("bii,bj->bij", b, c),

@@ -52,13 +52,22 @@ def _raise_at(exc: Exception, text: str, node: Node) -> ExpressionError:
     return ExpressionError(f"{name}(): {exc}" if not str(exc).startswith(f"{name}") else str(exc), text, node.start)
 
 
+def _constant(v: Any, ops: ArrayOps) -> Any:
+    """A literal as the ops take it: numbers stay Python numbers; a complex literal becomes a 0-d
+    complex64 array, which promotes as torch's complex scalar does (complex64 beside float32,
+    integer and bool tensors, complex128 beside float64 and complex128 ones)."""
+    if type(v) is complex:
+        return ops.xp.asarray(v, dtype=ops.xp.complex64, device=ops.device)
+    return v
+
+
 def _assemble(rpn: Sequence[Node], ops: ArrayOps) -> list[_Instr]:
     code = []
     for node in rpn:
         if node.kind == "input":
             code.append(_Instr(0, node.value, 0, node))
         elif node.kind == "const":
-            code.append(_Instr(1, node.value, 0, node))
+            code.append(_Instr(1, _constant(node.value, ops), 0, node))
         else:
             code.append(_Instr(2, _func(node, ops), len(node.args), node))
     return code
@@ -151,7 +160,7 @@ class Program:
                 stack.append((lambda ins, i=i: ins[i], "in", i))
                 continue
             if node.kind == "const":
-                v = node.value
+                v = _constant(node.value, self.ops)
                 stack.append((lambda ins, v=v: v, "const", v))
                 continue
             n = len(node.args)

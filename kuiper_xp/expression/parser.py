@@ -26,7 +26,7 @@ from .tokenizer import Token, TokenKind, token_value, tokenize
 
 __all__ = ["Node", "parse", "to_rpn", "format_rpn", "tree_str", "max_input", "depth"]
 
-_LITERALS = (TokenKind.INT, TokenKind.FLOAT, TokenKind.BOOL, TokenKind.NONE)
+_LITERALS = (TokenKind.INT, TokenKind.FLOAT, TokenKind.COMPLEX, TokenKind.BOOL, TokenKind.NONE)
 
 
 @dataclass(eq=False, slots=True)

@@ -9,7 +9,8 @@ rather than deleted first, so positions always index the string as written in th
 
 Token kinds: ``NAME`` (a function name such as ``add`` or ``torch.float``), ``INPUT`` (``@3``),
 ``INT``, ``FLOAT`` (``2.0``, ``1e-05``, ``5.000000e+00``, ``inf``, ``nan``, ``nan.0``; ints and floats may carry
-a leading ``-``), ``BOOL`` (``True``/``False``), ``NONE``, and the punctuation ``LPAREN`` ``RPAREN``
+a leading ``-``), ``COMPLEX`` (pnnx's ``1.000000e+00+2.000000e+00j`` for ``1 + 2j``), ``BOOL``
+(``True``/``False``), ``NONE``, and the punctuation ``LPAREN`` ``RPAREN``
 ``LBRACKET`` ``RBRACKET`` ``COMMA``.
 """
 
@@ -29,6 +30,7 @@ class TokenKind(enum.Enum):
     INPUT = "input"
     INT = "int"
     FLOAT = "float"
+    COMPLEX = "complex"
     BOOL = "bool"
     NONE = "none"
     LPAREN = "("
@@ -57,6 +59,7 @@ _MASTER = re.compile(r"""
   | (?P<punct>[()\[\],])
   | (?P<input>@[0-9]+)
   | (?P<special>-?(?:inf|nan)(?:\.0+)?(?![A-Za-z0-9_.@]))
+  | (?P<complex>-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[+-](?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?j)(?![A-Za-z0-9_.@])
   | (?P<number>-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(?P<bad>[A-Za-z0-9_.@])?
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)
 """, re.VERBOSE)
@@ -111,6 +114,9 @@ def tokenize(expr: str) -> list[Token]:
         elif group == "name":
             text = m.group()
             append(Token(_WORDS.get(text, TokenKind.NAME), text, i, end))
+        elif group == "complex":  # (pnnx writes a complex constant as ``1.000000e+00-2.000000e+00j``)
+            append(Token(TokenKind.COMPLEX, m.group("complex"), i, m.end("complex")))
+            end = m.end("complex")
         elif group == "special":  # (pnnx writes float('nan') as ``nan.0``)
             append(Token(TokenKind.FLOAT, m.group().split(".")[0], i, end))
         elif group in ("number", "bad"):
@@ -126,12 +132,14 @@ def tokenize(expr: str) -> list[Token]:
     return tokens
 
 
-def token_value(tok: Token) -> int | float | bool | None:
-    """The Python value of a literal token (INT, FLOAT, BOOL, NONE)."""
+def token_value(tok: Token) -> int | float | complex | bool | None:
+    """The Python value of a literal token (INT, FLOAT, COMPLEX, BOOL, NONE)."""
     if tok.kind is TokenKind.INT:
         return int(tok.text)
     if tok.kind is TokenKind.FLOAT:
         return float(tok.text)
+    if tok.kind is TokenKind.COMPLEX:
+        return complex(tok.text)
     if tok.kind is TokenKind.BOOL:
         return tok.text == "True"
     if tok.kind is TokenKind.NONE:

@@ -24,7 +24,7 @@ pnnx spellings (torch 2.13 exports):
 * ``torch.rot90(x, k, dims)``: ``aten::rot90 pnnx_4 3 1 x k dims`` (k and dims from constant
   expressions, always written, also for the defaults).
 * ``nn.ChannelShuffle`` / ``F.channel_shuffle`` / ``torch.channel_shuffle``: ``aten::channel_shuffle
-  pnnx_1 2 1 x groups``.
+  pnnx_1 2 1 x groups``; ``F.native_channel_shuffle``: ``aten::native_channel_shuffle``, alike.
 * ``torch.cross(a, b, dim=1)``: ``torch.cross ... dim=1 $input=0 $other=1``; without a dim pnnx
   writes ``dim=None``, which torch 2.13 reads as the first dimension of ``input`` of size 3 (with
   a deprecation warning). ``torch.linalg.cross``: ``aten::linalg_cross pnnx_1 3 1 a b dim``.
@@ -724,10 +724,11 @@ class Rot90(_LinalgLayer):
         return xp.permute_dims(xp.flip(x, axis=d1 if k == 1 else d0), tuple(perm))
 
 
-@register("aten::channel_shuffle")
+@register("aten::channel_shuffle", "aten::native_channel_shuffle")
 class AtenChannelShuffle(_LinalgLayer):
     """``channel_shuffle(x, groups)`` (nn.ChannelShuffle, F / torch.channel_shuffle as pnnx 2.13
-    writes them): (N, C, *) -> (N, g, C/g, *) -> swap dims 1 and 2 -> (N, C, *)."""
+    writes them; ``F.native_channel_shuffle`` as ``aten::native_channel_shuffle``): (N, C, *) ->
+    (N, g, C/g, *) -> swap dims 1 and 2 -> (N, C, *)."""
 
     def forward(self, x: Any, groups: Any) -> Any:
         xp = self.xp
