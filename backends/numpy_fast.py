@@ -4058,6 +4058,12 @@ def concat(xs, axis: int):
 #: LayerNorm 0.30 -> 0.22 ms (one thread 0.28; torch 0.07), softmax over 4x3x197x197 0.59 -> 0.52,
 #: the BatchNorm of 8x64x56x56 0.34 -> 0.27; 32 Ki: 0.52 ms for that LayerNorm.
 NORM_BLOCK_ELEMENTS = 1 << 18
+#: layer_norm keeps rows of at least this many elements on one thread: on 2 AMD EPYC (Zen 3)
+#: threads, one thread against two (medians of 200, best of 3 rounds): rows of 768 400x768 (ViT-B/32
+#: at batch 8) 0.34-0.40 against 0.43-0.55 ms, 1576x768 1.29 against 1.69, 2048x768 1.78 against
+#: 2.01, 1000x1024 0.85 against 1.06, 600x2048 1.15 against 1.23; narrower rows still gain from
+#: two (5000x192 1.47 -> 1.23, 2500x384 1.39 -> 1.18, 2000x512 1.69 -> 1.35, 25088x96 4.9 -> 3.2)
+NORM_SPLIT_MAX_WIDTH = 640
 
 
 def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5) -> np.ndarray | None:
@@ -4089,7 +4095,7 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
         _parallel(run, -(-rows // step), x.size)
         return y
     ones = _ones_column(d, x.dtype)
-    work = _worth_splitting(x.size * 4, 2)
+    work = _worth_splitting(x.size * 4, 2) if d < NORM_SPLIT_MAX_WIDTH else 0
     step = _row_block(rows, d, work)
 
     def part(c0, c1):
