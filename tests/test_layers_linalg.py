@@ -120,6 +120,12 @@ CASES = {
         Fn(lambda s, x, m: (torch.rot90(x, 3, [1, 2]), torch.rot90(m), torch.rot90(m, -1), torch.rot90(x, 2, [2, 0]),
                             torch.rot90(x, 4, [0, 1]), torch.rot90(x, -7, [-1, -3]), torch.rot90(m, 1, [1, 0]))),
         (_r(2, 3, 4), _i(3, 5)), {"aten::rot90"}),
+    # powers of square stacks: 0 (the identity), 1, odd and even by squaring, an integer matrix
+    # (a negative power needs LAPACK, which pnnx's own libtorch lacks: no file; on the layer below)
+    "matrix_power": (
+        Fn(lambda s, a, i: (torch.linalg.matrix_power(a, 3), torch.matrix_power(a, 0), a.matrix_power(1),
+                            torch.linalg.matrix_power(a, 6), torch.matrix_power(i, 4), torch.matrix_power(i, 0))),
+        (_r(2, 3, 3), _i(2, 2, 2)), {"aten::linalg_matrix_power"}),
     "channel_shuffle": (
         Fn(lambda s, x, y, i: (s.m[0](x), F.channel_shuffle(x, 3), torch.channel_shuffle(y, 2),
                                torch.channel_shuffle(i, 4), F.native_channel_shuffle(x, 2)),
@@ -238,6 +244,15 @@ def test_shape_builders_reject_bad_operands(backend):
         rot(_arr(backend, 3), 1, [0, 1])
     with pytest.raises(ShapeError, match=r"aten::rot90 'rot': dim 3 is out of range"):
         rot(_arr(backend, 2, 3), 1, [0, 3])
+    mp = make_layer(backend, "aten::linalg_matrix_power mp 2 1 0 1 2", 2)
+    a = np.random.default_rng(3).standard_normal((2, 3, 3)) + 3 * np.eye(3)
+    got = backend.to_numpy(mp(backend.asarray(a), -2))  # the inverse's square, float64
+    assert_close(got, torch.linalg.matrix_power(torch.from_numpy(a), -2).numpy(), rtol=1e-12)
+    with pytest.raises(ShapeError, match=r"aten::linalg_matrix_power 'mp': a negative power \(-1\) needs the "
+                                         r"inverse of a floating matrix"):
+        mp(backend.asarray(np.eye(2, dtype=np.int64)), -1)
+    with pytest.raises(ShapeError, match=r"aten::linalg_matrix_power 'mp': needs a \(stack of\) square matrices"):
+        mp(backend.asarray(np.ones((2, 3), np.float32)), 2)
     cs = make_layer(backend, "aten::channel_shuffle cs 2 1 0 1 2", 2)
     with pytest.raises(ShapeError, match=r"aten::channel_shuffle 'cs': 6 channels do not split into 4 groups"):
         cs(_arr(backend, 1, 6, 2), 4)

@@ -121,6 +121,10 @@ CASES = {
                (_INTS, torch.tensor([[63, 64, -1, 2], [0, 1, 5, 70], [3, -5, 1, 62]]),
                 torch.tensor([[-128, -1, 7, 8], [64, 1, 3, 127], [9, -9, 0, 100]], dtype=torch.int8)),
                {"torch.bitwise_left_shift", "torch.bitwise_right_shift"}),
+    "bessel": (Fn(lambda x, i: (torch.i0(x), torch.special.i0(x * 10), torch.special.i0e(x * 40), torch.special.i1(x * 5),
+                                torch.special.i1e(x * 50), torch.i0(i))),
+               (_r(3, 4), torch.tensor([[0, 3, -20]])),
+               {"aten::i0", "aten::special_i0e", "aten::special_i1", "aten::special_i1e"}),
     # signs, zeros, coprimes, a broadcast, int32 and int8 tensors
     "gcd_lcm": (Fn(lambda a, b, c: (torch.gcd(a, b), torch.lcm(a, b), torch.gcd(a, b[:1]), torch.lcm(c, c.flip(1)),
                                     torch.gcd(c, c.flip(0)), torch.lcm(a.int(), b.int()))),
@@ -242,6 +246,28 @@ def test_lgamma_is_relatively_accurate_near_its_zeros(backend):
     got = backend.to_numpy(layer(backend.asarray(zeros)))
     want = torch.lgamma(torch.from_numpy(zeros)).numpy()
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@pytest.mark.parametrize("op, fn", [("aten::i0", torch.special.i0), ("aten::special_i0e", torch.special.i0e),
+                                    ("aten::special_i1", torch.special.i1), ("aten::special_i1e", torch.special.i1e)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_bessel_functions_across_their_range(backend, op, fn, dtype):
+    """Both sides of the switch from the power series to the asymptotic series (|x| = 30), past
+    the unscaled functions' overflow (torch's: where exp(|x|) overflows in the input's dtype),
+    +-inf (NaN for I0 and I1, 0 for the scaled ones, as torch), NaN and -0.0."""
+    x = np.array([0.0, -0.0, 1e-8, 0.5, -1.0, 2.5, -7.0, 15.0, 29.9, 30.1, -45.0, 80.0, 88.0, 89.0, -95.0, 200.0,
+                  700.0, 709.5, 710.0, -712.0, np.inf, -np.inf, np.nan], dtype)
+    layer = make_layer(backend, f"{op} f 1 1 0 1")
+    got = backend.to_numpy(layer(backend.asarray(x)))
+    with np.errstate(all="ignore"):
+        want = fn(torch.from_numpy(x)).numpy()
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got) & (got > 0), np.isinf(want) & (want > 0))
+    np.testing.assert_array_equal(np.isinf(got) & (got < 0), np.isinf(want) & (want < 0))
+    ok = np.isfinite(want)
+    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))
+    _close(got[ok], want[ok], 1e-12 if dtype == np.float64 else 1e-6, 0.0, f"{op} {np.dtype(dtype).name}")
 
 
 def test_scalar_operands_given_as_parameters(backend):

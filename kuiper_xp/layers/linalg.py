@@ -2,8 +2,8 @@
 ``torch.mv``, ``aten::outer`` / ``kron`` / ``tensordot`` / ``inner`` / ``dot`` / ``vdot`` /
 ``trace`` / ``chain_matmul`` / ``linalg_multi_dot`` / ``addmv`` / ``addr`` / ``addbmm``,
 ``torch.cross`` / ``aten::linalg_cross``, ``aten::linalg_vecdot``, ``aten::block_diag`` / ``cartesian_prod`` /
-``meshgrid``, ``aten::hstack`` / ``vstack`` / ``dstack`` / ``column_stack``, ``aten::rot90`` and
-``aten::channel_shuffle``.
+``meshgrid``, ``aten::hstack`` / ``vstack`` / ``dstack`` / ``column_stack``, ``aten::rot90``,
+``aten::channel_shuffle`` and ``aten::linalg_matrix_power``.
 
 pnnx spellings (torch 2.13 exports):
 
@@ -722,6 +722,38 @@ class Rot90(_LinalgLayer):
         perm = list(range(x.ndim))
         perm[d0], perm[d1] = d1, d0
         return xp.permute_dims(xp.flip(x, axis=d1 if k == 1 else d0), tuple(perm))
+
+
+@register("aten::linalg_matrix_power", "aten::matrix_power")
+class MatrixPower(_LinalgLayer):
+    """``torch.linalg.matrix_power(A, n)`` (``torch.matrix_power``, ``Tensor.matrix_power``) of a
+    stack of square matrices: n >= 0 by repeated squaring (n = 0: the identity in A's dtype);
+    n < 0 the inverse's power, for floating matrices on a backend with a ``linalg`` extension."""
+
+    def forward(self, a: Any, n: Any) -> Any:
+        xp = self.xp
+        k = runtime_int(n, self.who, "n")
+        if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+            raise ShapeError(f"{self.who}: needs a (stack of) square matrices, found shape {tuple(a.shape)}")
+        self._no_bool(a)
+        if k == 0:
+            eye = xp.eye(a.shape[-1], dtype=a.dtype, device=self.device)
+            return xp.asarray(xp.broadcast_to(eye, tuple(a.shape)), copy=True)
+        if k < 0:
+            inv = getattr(getattr(xp, "linalg", None), "inv", None)
+            if inv is None or not xp.isdtype(a.dtype, ("real floating", "complex floating")):
+                raise ShapeError(f"{self.who}: a negative power ({k}) needs the inverse of a floating matrix "
+                                 f"(found {_dt(a.dtype)} on a backend {'with' if inv else 'without'} linalg.inv)")
+            a, k = inv(a), -k
+        result = None
+        base = a
+        while k:
+            if k & 1:
+                result = base if result is None else xp.matmul(result, base)
+            k >>= 1
+            if k:
+                base = xp.matmul(base, base)
+        return result if result is not a else xp.asarray(a, copy=True)
 
 
 @register("aten::channel_shuffle", "aten::native_channel_shuffle")

@@ -1,7 +1,8 @@
 """Elementwise math and small views that pnnx 2.13 leaves as their own operators instead of folding
-them into a ``pnnx.Expression``: special functions (lgamma, digamma, erfinv, erfc, ndtr, ...),
-clamps against one bound, lerp / addcmul / addcdiv, nan_to_num, the floating-point predicates
-(isnan, isfinite, signbit, ...), the integer shifts, and ``x.t()`` / ``view_as`` / ``reshape_as``.
+them into a ``pnnx.Expression``: special functions (lgamma, digamma, erfinv, erfc, ndtr, the
+modified Bessel functions i0 / i0e / i1 / i1e, ...), clamps against one bound, lerp / addcmul /
+addcdiv, nan_to_num, the floating-point predicates (isnan, isfinite, signbit, ...), the integer
+shifts, gcd / lcm, and ``x.t()`` / ``view_as`` / ``reshape_as``.
 
 pnnx spellings (torch 2.13 exports):
 
@@ -499,6 +500,61 @@ class Erfcx(_Op):
         x = self.as_float(self.array(x))
         sq = self.widen(x * x)  # (rounded in the input's dtype, as torch)
         return self.via64(lambda v, xp: erfcx(v, xp, sq), x)
+
+
+#: modified Bessel functions: the power series up to |x| = _BESSEL_SERIES_MAX (its terms peak
+#: near k = |x| / 2 and are below 1e-17 of the sum by k = 80), Hankel's asymptotic series beyond
+#: (its terms fall until k ~ 2 |x|; 25 of them reach 1e-24 at |x| = 30)
+_BESSEL_SERIES_MAX = 30.0
+_BESSEL_SERIES_TERMS = 80
+_BESSEL_ASYMPTOTIC_TERMS = 25
+
+
+def _bessel_i(x: Any, xp: Any, order: int, scaled: bool, exp_max: float) -> Any:
+    """I0 / I1 of a float64 array (times exp(-|x|) when ``scaled``): torch.i0, special.i0e, i1, i1e.
+    As torch's kernels, which take exp(|x|) in the input's dtype: the unscaled functions are inf
+    from |x| > ``exp_max`` (that dtype's log(max)) and NaN at +-inf; the scaled ones 0 at +-inf."""
+    ax = xp.abs(x)
+    small = ax <= _BESSEL_SERIES_MAX
+    xs = xp.where(small, ax, 0.0)
+    q = xs * xs * 0.25
+    term = xp.ones_like(xs) if order == 0 else xs * 0.5
+    total = term
+    for k in range(1, _BESSEL_SERIES_TERMS + 1):
+        term = term * q / float(k * (k + order))
+        total = total + term
+    series = total * xp.exp(-xs) if scaled else total
+    xl = xp.where(small, 1.0, ax if scaled else xp.minimum(ax, exp_max))
+    d = xp.ones_like(xl)
+    acc = d
+    mu = 4.0 * order * order
+    for k in range(1, _BESSEL_ASYMPTOTIC_TERMS + 1):
+        d = d * ((2 * k - 1) ** 2 - mu) / (8.0 * k) / xl
+        acc = acc + d
+    # e^|x| / sqrt(2 pi |x|) as one exp (finite to the clamp above)
+    lead = 1.0 / xp.sqrt(2.0 * math.pi * xl) if scaled else xp.exp(xl - 0.5 * xp.log(2.0 * math.pi * xl))
+    out = xp.where(small, series, acc * lead)
+    if not scaled:
+        out = xp.where(ax > exp_max, xp.inf, out)
+        out = xp.where(xp.isinf(x), xp.nan, out)
+    if order == 1:
+        out = xp.where(x < 0, -out, out)
+    return xp.where(xp.isnan(x), x, out)
+
+
+@register("aten::i0", "aten::special_i0e", "aten::special_i1", "aten::special_i1e")
+class BesselI(_Op):
+    """``torch.i0`` / ``torch.special.i0`` (pnnx: ``aten::i0``), ``special.i0e``, ``special.i1``,
+    ``special.i1e``: modified Bessel functions of the first kind of order 0 and 1, and the same
+    times exp(-|x|), in float64 and rounded to torch's result dtype (integers give float32)."""
+
+    def compute(self, x):
+        name = self.op_type
+        order = 1 if name.endswith(("i1", "i1e")) else 0
+        scaled = name.endswith("e")
+        x = self.array(x)
+        exp_max = math.log(float(self.xp.finfo(self.float_dtype(x)).max))
+        return self.via64(lambda v, xp: _bessel_i(v, xp, order, scaled, exp_max), x)
 
 
 @register("aten::special_ndtr")
