@@ -3854,10 +3854,10 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
 #: :func:`attention` works on blocks of heads whose scores take about this many bytes
 ATTENTION_BLOCK_BYTES = 1 << 20
 #: :func:`attention` copies k^T into a workspace so that the scores are an N-N product (measured
-#: ~1.7x faster on 2 AVX-512 Xeon cores when the fast path was written) or reads k through a transposed view: None
-#: = copy where numpy's loops have AVX-512 (a proxy for OpenBLAS's AVX-512 kernels), True /
-#: False force it. On an AMD EPYC (Zen 3, AVX2) thread the view was 0.5-0.9 of the copy's time
-#: for the scores of a block (ViT-B/32's 4 x 12 heads of 50 tokens 0.57-0.68 -> 0.26-0.35 ms,
+#: ~1.7x faster on 2 AVX-512 Xeon cores when the fast path was written) or reads k through a
+#: transposed view: None = copy where numpy's loops have AVX-512 (a proxy for OpenBLAS's AVX-512
+#: kernels), True / False force it. On an AMD EPYC (Zen 3, AVX2) thread the view was 0.5-0.9 of
+#: the copy's time for the scores of a block (ViT-B/32's 4 x 12 heads of 50 tokens 0.57-0.68 -> 0.26-0.35 ms,
 #: BERT's 12 x 128 0.55-0.62 -> 0.34-0.41, 4 heads of 500 1.9-2.4 -> 1.6-2.1, keys 4x longer
 #: than queries 2.7x faster, one query against 200 keys 10-17x), the scale then on the scores;
 #: whole calls on 2 threads, three runs: ViT-B/32 at batch 8 1.39-1.82 -> 1.13-1.59 ms, BERT
@@ -4059,8 +4059,8 @@ def concat(xs, axis: int):
 #: the BatchNorm of 8x64x56x56 0.34 -> 0.27; 32 Ki: 0.52 ms for that LayerNorm.
 NORM_BLOCK_ELEMENTS = 1 << 18
 #: layer_norm keeps rows of at least this many elements on one thread: on 2 AMD EPYC (Zen 3)
-#: threads, one thread against two (medians of 200, best of 3 rounds): rows of 768 400x768 (ViT-B/32
-#: at batch 8) 0.34-0.40 against 0.43-0.55 ms, 1576x768 1.29 against 1.69, 2048x768 1.78 against
+#: threads, one thread against two (medians of 200, best of 3 rounds): 400x768 (ViT-B/32 at
+#: batch 8) 0.34-0.40 against 0.43-0.55 ms, 1576x768 1.29 against 1.69, 2048x768 1.78 against
 #: 2.01, 1000x1024 0.85 against 1.06, 600x2048 1.15 against 1.23; narrower rows still gain from
 #: two (5000x192 1.47 -> 1.23, 2500x384 1.39 -> 1.18, 2000x512 1.69 -> 1.35, 25088x96 4.9 -> 3.2)
 NORM_SPLIT_MAX_WIDTH = 640
