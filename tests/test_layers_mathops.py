@@ -125,6 +125,9 @@ CASES = {
                                 torch.special.i1e(x * 50), torch.i0(i))),
                (_r(3, 4), torch.tensor([[0, 3, -20]])),
                {"aten::i0", "aten::special_i0e", "aten::special_i1", "aten::special_i1e"}),
+    "polygamma": (Fn(lambda x, i: (torch.polygamma(0, x), torch.polygamma(1, x * 3), torch.polygamma(2, x + 2.5),
+                                   torch.special.polygamma(3, x * 4), torch.polygamma(5, i))),
+                  (_r(3, 4), torch.tensor([[1, 3, -2, 7]])), {"aten::polygamma"}),
     # signs, zeros, coprimes, a broadcast, int32 and int8 tensors
     "gcd_lcm": (Fn(lambda a, b, c: (torch.gcd(a, b), torch.lcm(a, b), torch.gcd(a, b[:1]), torch.lcm(c, c.flip(1)),
                                     torch.gcd(c, c.flip(0)), torch.lcm(a.int(), b.int()))),
@@ -268,6 +271,30 @@ def test_bessel_functions_across_their_range(backend, op, fn, dtype):
     ok = np.isfinite(want)
     np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]))
     _close(got[ok], want[ok], 1e-12 if dtype == np.float64 else 1e-6, 0.0, f"{op} {np.dtype(dtype).name}")
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 6])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_polygamma_across_its_range(backend, n, dtype):
+    """Near and at the poles, negative non-integers (the zeta sum stepping up from them), far out,
+    +-inf and NaN, against torch; n < 0 and inputs below POLYGAMMA_MIN_X are refused."""
+    from kuiper_xp.layers.mathops import POLYGAMMA_MIN_X
+
+    x = np.array([0.0, -0.0, 1e-6, 0.3, 0.5, 1.0, 2.5, 7.3, 9.0, 10.0, 35.5, 1e3, 1e6, -0.5, -1.0, -2.7,
+                  -15.25, np.inf, -np.inf, np.nan], dtype)
+    layer = make_layer(backend, "aten::polygamma pg 2 1 0 1 2", 2)
+    got = backend.to_numpy(layer(n, backend.asarray(x)))
+    with np.errstate(all="ignore"):
+        want = torch.polygamma(n, torch.from_numpy(x)).numpy()
+    assert got.dtype == want.dtype
+    for what in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(what(got), what(want), err_msg=f"{what.__name__} n={n}")
+    ok = np.isfinite(want)
+    _close(got[ok], want[ok], 1e-13 if dtype == np.float64 else 1e-6, 0.0, f"polygamma({n}) {np.dtype(dtype).name}")
+    with pytest.raises(ShapeError, match=r"aten::polygamma 'pg': n should be a non-negative integer, found -1"):
+        layer(-1, backend.asarray(x))
+    with pytest.raises(ShapeError, match=r"aten::polygamma 'pg': inputs below -100000 are not supported"):
+        layer(2, backend.asarray(np.array([POLYGAMMA_MIN_X * 2], dtype)))
 
 
 def test_scalar_operands_given_as_parameters(backend):

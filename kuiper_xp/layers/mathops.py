@@ -1,6 +1,6 @@
 """Elementwise math and small views that pnnx 2.13 leaves as their own operators instead of folding
 them into a ``pnnx.Expression``: special functions (lgamma, digamma, erfinv, erfc, ndtr, the
-modified Bessel functions i0 / i0e / i1 / i1e, ...), clamps against one bound, lerp / addcmul /
+modified Bessel functions i0 / i0e / i1 / i1e, polygamma, ...), clamps against one bound, lerp / addcmul /
 addcdiv, nan_to_num, the floating-point predicates (isnan, isfinite, signbit, ...), the integer
 shifts, gcd / lcm, and ``x.t()`` / ``view_as`` / ``reshape_as``.
 
@@ -50,6 +50,7 @@ digits; there the results here are the more accurate ones and differ from torch 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any, ClassVar
 
 from kuiper_xp.errors import LayerParameterError, ShapeError
@@ -474,6 +475,93 @@ class Digamma(_Op):
         work = dt if dt == xp.float64 else xp.float32  # (float16: in float32, as torch)
         y = digamma(x if x.dtype == work else xp.astype(x, work), xp)
         return y if y.dtype == dt else xp.astype(y, dt)
+
+
+#: B_2, B_4, ..., B_24 (Bernoulli numbers): the Euler-Maclaurin terms of the Hurwitz zeta are
+#: t_i = s (s+1) ... (s+2i) w^-(s+2i+1) / ((2i+2)! / B_(2i+2)), as in torch's zeta (Cephes)
+_BERNOULLI_EVEN = (Fraction(1, 6), Fraction(-1, 30), Fraction(1, 42), Fraction(-1, 30), Fraction(5, 66),
+                   Fraction(-691, 2730), Fraction(7, 6), Fraction(-3617, 510), Fraction(43867, 798),
+                   Fraction(-174611, 330), Fraction(854513, 138), Fraction(-236364091, 2730))
+_ZETA_A = tuple(float(math.factorial(2 * i + 2) / b) for i, b in enumerate(_BERNOULLI_EVEN))
+#: polygamma refuses inputs below this: the zeta sum steps from x up to 9, one pass per unit
+POLYGAMMA_MIN_X = -1e5
+
+
+def hurwitz_zeta(s: float, q: Any, xp: Any) -> Any:
+    """zeta(s, q) = sum_k (q + k)^-s for a float64 array ``q`` and an integer s >= 2, as torch's
+    zeta: the terms summed until q + k > 9 (and at least 10 of them), then the Euler-Maclaurin
+    tail; +inf at the poles q = 0, -1, -2, ..."""
+    acc = xp.pow(q, -s)
+    a = q
+    b = xp.zeros_like(q)
+    low = float(xp.min(xp.where(xp.isfinite(q), q, 9.0))) if q.size else 9.0
+    steps = max(9, int(math.ceil(9.0 - low)) + 1)
+    for i in range(steps):
+        more = (a <= 9.0) | (i < 9)
+        a = xp.where(more, a + 1.0, a)
+        b = xp.where(more, xp.pow(a, -s), b)
+        acc = acc + xp.where(more, b, 0.0)
+    w = a
+    acc = acc + b * w / (s - 1.0) - 0.5 * b
+    fac, k = 1.0, 0.0
+    for coef in _ZETA_A:
+        fac *= s + k
+        b = b / w
+        acc = acc + fac * b / coef
+        k += 1.0
+        fac *= s + k
+        b = b / w
+        k += 1.0
+    pole = (q <= 0.0) & (q == xp.floor(q))
+    return xp.where(pole, xp.inf, acc)
+
+
+def trigamma(x: Any, xp: Any) -> Any:
+    """torch's calc_trigamma on a float32 or float64 array, in its dtype: reflection below 1/2,
+    six steps up, then the asymptotic series."""
+    refl = x < 0.5
+    sin_pi = xp.sin(math.pi * xp.where(refl, x, 0.25))
+    result = xp.where(refl, -(math.pi * math.pi) / (sin_pi * sin_pi), 0.0)
+    y = xp.where(refl, 1.0 - x, x)
+    for _ in range(6):
+        result = result + 1.0 / (y * y)
+        y = y + 1.0
+    ixx = 1.0 / (y * y)
+    result = result + (1.0 + 1.0 / (2.0 * y) + ixx * (1.0 / 6 - ixx * (1.0 / 30 - ixx * (1.0 / 42)))) / y
+    return xp.where(refl, -result, result)
+
+
+@register("aten::polygamma")
+class Polygamma(_Op):
+    """``torch.polygamma(n, x)`` (pnnx: ``aten::polygamma op 2 1 n x``): digamma for n = 0, torch's
+    trigamma for n = 1, and (-1)^(n+1) n! zeta(n + 1, x) above, in float64 rounded to torch's
+    result dtype (integers give float32)."""
+
+    slots = ("n", "input")
+    required = 2
+
+    def compute(self, n, x):
+        xp = self.xp
+        k = self.scalar(n, "n")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise ShapeError(f"{self.who}: n should be a non-negative integer, found {k!r}")
+        x = self.as_float(self.array(x))  # (integers: float32, as torch)
+        if k == 0:
+            dt = self.float_dtype(x)
+            work = dt if dt == xp.float64 else xp.float32
+            y = digamma(x if x.dtype == work else xp.astype(x, work), xp)
+            return y if y.dtype == dt else xp.astype(y, dt)
+        if x.size and bool(xp.any((x < POLYGAMMA_MIN_X) & xp.isfinite(x))):
+            raise ShapeError(f"{self.who}: inputs below {POLYGAMMA_MIN_X:g} are not supported (the series "
+                             "steps up from x one unit at a time)")
+        if k == 1:  # (in float32 for float32, as torch: its poles' values come from float32's sin)
+            dt = self.float_dtype(x)
+            work = dt if dt == xp.float64 else xp.float32
+            y = trigamma(x if x.dtype == work else xp.astype(x, work), xp)
+            return y if y.dtype == dt else xp.astype(y, dt)
+        sign = 1.0 if k % 2 else -1.0
+        scale = sign * math.exp(math.lgamma(k + 1.0))
+        return self.via64(lambda v, xp: scale * hurwitz_zeta(k + 1.0, v, xp), x)
 
 
 @register("aten::erfinv")
