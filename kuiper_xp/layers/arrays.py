@@ -98,6 +98,18 @@ class _ArrayLayer(Layer):
             return float(v)
         raise ShapeError(f"{self.who}: {what} should be a real number, found {v!r}")
 
+    def _out_dtype(self, code: Any) -> Any:
+        """The result dtype of a factory op: the one the file declares for the output (``self.dtype``),
+        else the ``dtype`` input's torch ScalarType code, else float32."""
+        declared = getattr(self, "dtype", None)
+        if declared is not None:
+            return declared
+        c = None if code is None else self._int(code, "dtype")
+        name = "float32" if c is None else _SCALAR_TYPES.get(c)
+        if name is None or not hasattr(self.xp, name):
+            raise ShapeError(f"{self.who}: unsupported dtype code {c}")
+        return getattr(self.xp, name)
+
     def _tensor(self, v: Any, what: str) -> Any:
         if not _is_array(v):
             raise ShapeError(f"{self.who}: {what} should be a tensor, found {v!r}")
@@ -393,13 +405,7 @@ class Linspace(_ArrayLayer):
 
     def forward(self, start: Any, end: Any, steps: Any, dtype: Any, *_: Any) -> Any:
         xp = self.xp
-        out = self.dtype
-        if out is None:
-            code = None if dtype is None else self._int(dtype, "dtype")
-            name = "float32" if code is None else _SCALAR_TYPES.get(code)
-            if name is None or not hasattr(xp, name):
-                raise ShapeError(f"{self.who}: unsupported dtype code {code}")
-            out = getattr(xp, name)
+        out = self._out_dtype(dtype)
         n = self._int(steps, "steps")
         if n < 0:
             raise ShapeError(f"{self.who}: number of steps must be non-negative, found {n}")
@@ -445,13 +451,7 @@ class Eye(_ArrayLayer):
         if rows < 0 or cols < 0:
             raise ShapeError(f"{self.who}: n and m must be non-negative, found {rows} and {cols}")
         check_elements(rows * cols, self.who)
-        out = self.dtype
-        if out is None:
-            code = None if dtype is None else self._int(dtype, "dtype")
-            name = "float32" if code is None else _SCALAR_TYPES.get(code)
-            if name is None or not hasattr(xp, name):
-                raise ShapeError(f"{self.who}: unsupported dtype code {code}")
-            out = getattr(xp, name)
+        out = self._out_dtype(dtype)
         return xp.eye(rows, cols, dtype=out, device=self.device)
 
 
