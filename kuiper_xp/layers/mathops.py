@@ -356,6 +356,15 @@ class _Op(Layer):
         xp = self.xp
         return x if x.dtype == xp.float64 else xp.astype(x, xp.float64)
 
+    def in_own_dtype(self, fn: Any, x: Any) -> Any:
+        """``fn`` evaluated in x's float dtype as torch's templated kernels are (float32 for
+        float32, float16 and integers; float64 for float64), in torch's result dtype."""
+        xp = self.xp
+        dt = self.float_dtype(x)
+        work = dt if dt == xp.float64 else xp.float32  # (float16: in float32, as torch)
+        y = fn(x if x.dtype == work else xp.astype(x, work), xp)
+        return y if y.dtype == dt else xp.astype(y, dt)
+
     def via64(self, fn: Any, x: Any) -> Any:
         """``fn`` evaluated in float64 on ``x`` widened, rounded back to torch's result dtype."""
         xp = self.xp
@@ -469,12 +478,7 @@ class Digamma(_Op):
     negative integers."""
 
     def compute(self, x):
-        x = self.array(x)
-        xp = self.xp
-        dt = self.float_dtype(x)
-        work = dt if dt == xp.float64 else xp.float32  # (float16: in float32, as torch)
-        y = digamma(x if x.dtype == work else xp.astype(x, work), xp)
-        return y if y.dtype == dt else xp.astype(y, dt)
+        return self.in_own_dtype(digamma, self.array(x))
 
 
 #: B_2, B_4, ..., B_24 (Bernoulli numbers): the Euler-Maclaurin terms of the Hurwitz zeta are
@@ -533,9 +537,9 @@ def trigamma(x: Any, xp: Any) -> Any:
 
 @register("aten::polygamma")
 class Polygamma(_Op):
-    """``torch.polygamma(n, x)`` (pnnx: ``aten::polygamma op 2 1 n x``): digamma for n = 0, torch's
-    trigamma for n = 1, and (-1)^(n+1) n! zeta(n + 1, x) above, in float64 rounded to torch's
-    result dtype (integers give float32)."""
+    """``torch.polygamma(n, x)`` (pnnx: ``aten::polygamma op 2 1 n x``): digamma for n = 0 and
+    torch's trigamma for n = 1 (both in the input's float dtype, as torch), (-1)^(n+1) n! zeta(n +
+    1, x) above (in float64, rounded to torch's result dtype; integers give float32)."""
 
     slots = ("n", "input")
     required = 2
@@ -547,18 +551,12 @@ class Polygamma(_Op):
             raise ShapeError(f"{self.who}: n should be a non-negative integer, found {k!r}")
         x = self.as_float(self.array(x))  # (integers: float32, as torch)
         if k == 0:
-            dt = self.float_dtype(x)
-            work = dt if dt == xp.float64 else xp.float32
-            y = digamma(x if x.dtype == work else xp.astype(x, work), xp)
-            return y if y.dtype == dt else xp.astype(y, dt)
+            return self.in_own_dtype(digamma, x)
         if x.size and bool(xp.any((x < POLYGAMMA_MIN_X) & xp.isfinite(x))):
             raise ShapeError(f"{self.who}: inputs below {POLYGAMMA_MIN_X:g} are not supported (the series "
                              "steps up from x one unit at a time)")
         if k == 1:  # (in float32 for float32, as torch: its poles' values come from float32's sin)
-            dt = self.float_dtype(x)
-            work = dt if dt == xp.float64 else xp.float32
-            y = trigamma(x if x.dtype == work else xp.astype(x, work), xp)
-            return y if y.dtype == dt else xp.astype(y, dt)
+            return self.in_own_dtype(trigamma, x)
         sign = 1.0 if k % 2 else -1.0
         scale = sign * math.exp(math.lgamma(k + 1.0))
         return self.via64(lambda v, xp: scale * hurwitz_zeta(k + 1.0, v, xp), x)
