@@ -126,6 +126,16 @@ CASES = {
         Fn(lambda s, a, i: (torch.linalg.matrix_power(a, 3), torch.matrix_power(a, 0), a.matrix_power(1),
                             torch.linalg.matrix_power(a, 6), torch.matrix_power(i, 4), torch.matrix_power(i, 0))),
         (_r(2, 3, 3), _i(2, 2, 2)), {"aten::linalg_matrix_power"}),
+    # matrix exponentials of small and larger norms (squarings); triangular solves, upper and
+    # lower, from the left and the right, with a unit diagonal
+    "matrix_exp_solve_triangular": (
+        Fn(lambda s, a, b: (torch.linalg.matrix_exp(a), torch.linalg.matrix_exp(a * 6),
+                            torch.linalg.solve_triangular(a.triu() + 3 * torch.eye(3), b, upper=True),
+                            torch.linalg.solve_triangular(a.tril() + 3 * torch.eye(3), b, upper=False,
+                                                          unitriangular=True),
+                            torch.linalg.solve_triangular(a.triu() + 3 * torch.eye(3), b.transpose(-1, -2), upper=True,
+                                                          left=False))),
+        (_r(2, 3, 3), _r(2, 3, 4, seed=1)), {"aten::linalg_matrix_exp", "aten::linalg_solve_triangular"}),
     "channel_shuffle": (
         Fn(lambda s, x, y, i: (s.m[0](x), F.channel_shuffle(x, 3), torch.channel_shuffle(y, 2),
                                torch.channel_shuffle(i, 4), F.native_channel_shuffle(x, 2)),
@@ -244,6 +254,18 @@ def test_shape_builders_reject_bad_operands(backend):
         rot(_arr(backend, 3), 1, [0, 1])
     with pytest.raises(ShapeError, match=r"aten::rot90 'rot': dim 3 is out of range"):
         rot(_arr(backend, 2, 3), 1, [0, 3])
+    me = make_layer(backend, "aten::linalg_matrix_exp me 1 1 0 1")
+    with pytest.raises(ShapeError, match=r"aten::linalg_matrix_exp 'me': needs a floating tensor"):
+        me(backend.asarray(np.eye(2, dtype=np.int64)))
+    bad = np.stack([np.eye(3), np.eye(3) * 0.5])
+    bad[0, 0, 1] = np.nan
+    got = backend.to_numpy(me(backend.asarray(bad)))
+    want = torch.linalg.matrix_exp(torch.from_numpy(bad)).numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))  # (the NaN matrix's result only)
+    assert_close(got[1], want[1], rtol=1e-14)
+    st = make_layer(backend, "aten::linalg_solve_triangular st 5 1 0 1 2 3 4 5", 5)
+    with pytest.raises(ShapeError, match=r"aten::linalg_solve_triangular 'st': A of shape \(3, 3\) does not fit B "):
+        st(backend.asarray(np.eye(3)), backend.asarray(np.ones((2, 2))), True, True, False)
     mp = make_layer(backend, "aten::linalg_matrix_power mp 2 1 0 1 2", 2)
     a = np.random.default_rng(3).standard_normal((2, 3, 3)) + 3 * np.eye(3)
     got = backend.to_numpy(mp(backend.asarray(a), -2))  # the inverse's square, float64

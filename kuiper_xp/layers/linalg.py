@@ -3,7 +3,8 @@
 ``trace`` / ``chain_matmul`` / ``linalg_multi_dot`` / ``addmv`` / ``addr`` / ``addbmm``,
 ``torch.cross`` / ``aten::linalg_cross``, ``aten::linalg_vecdot``, ``aten::block_diag`` / ``cartesian_prod`` /
 ``meshgrid``, ``aten::hstack`` / ``vstack`` / ``dstack`` / ``column_stack``, ``aten::rot90``,
-``aten::channel_shuffle`` and ``aten::linalg_matrix_power``.
+``aten::channel_shuffle``, ``aten::linalg_matrix_power``, ``aten::linalg_matrix_exp`` and
+``aten::linalg_solve_triangular``.
 
 pnnx spellings (torch 2.13 exports):
 
@@ -754,6 +755,84 @@ class MatrixPower(_LinalgLayer):
             if k:
                 base = xp.matmul(base, base)
         return result if result is not a else xp.asarray(a, copy=True)
+
+
+def _flag(v: Any, who: str, what: str) -> bool:
+    """A boolean argument from a constant input (a Python bool or number, or a 0-d array)."""
+    if isinstance(v, bool):
+        return v
+    return bool(runtime_int(v, who, what))
+
+
+@register("aten::linalg_solve_triangular")
+class SolveTriangular(_LinalgLayer):
+    """``torch.linalg.solve_triangular(A, B, upper=, left=True, unitriangular=False)`` (pnnx:
+    ``aten::linalg_solve_triangular op 5 1 A B upper left unitriangular``): X with A X = B (``left``)
+    or X A = B, reading only A's upper or lower triangle (its diagonal taken as ones when
+    ``unitriangular``), by the backend's ``linalg.solve`` on that triangle."""
+
+    def forward(self, a: Any, b: Any, upper: Any, left: Any = True, unitriangular: Any = False) -> Any:
+        xp = self.xp
+        solve = getattr(getattr(xp, "linalg", None), "solve", None)
+        if solve is None:
+            raise ShapeError(f"{self.who}: this backend has no linalg.solve")
+        for name, t in (("A", a), ("B", b)):
+            if not xp.isdtype(t.dtype, ("real floating", "complex floating")):
+                raise ShapeError(f"{self.who}: {name} should be a floating tensor (as torch requires), found "
+                                 f"{_dt(t.dtype)}")
+        self._same_dtype(a, b)
+        n = a.shape[-1] if a.ndim >= 2 else -1
+        if a.ndim < 2 or a.shape[-2] != n or b.ndim < 2:
+            raise ShapeError(f"{self.who}: needs square matrices A and a matrix B, found shapes {tuple(a.shape)} "
+                             f"and {tuple(b.shape)}")
+        is_left = _flag(left, self.who, "left")
+        if b.shape[-2 if is_left else -1] != n:
+            raise ShapeError(f"{self.who}: A of shape {tuple(a.shape)} does not fit B of shape {tuple(b.shape)} "
+                             f"(left={is_left})")
+        m = xp.triu(a) if _flag(upper, self.who, "upper") else xp.tril(a)
+        if _flag(unitriangular, self.who, "unitriangular"):
+            eye = xp.eye(n, dtype=xp.bool, device=self.device)
+            m = xp.where(eye, xp.ones_like(m), m)
+        if is_left:
+            return solve(m, b)
+        return xp.matrix_transpose(solve(xp.matrix_transpose(m), xp.matrix_transpose(b)))
+
+
+#: matrix_exp's Taylor degree after scaling the matrix to a 1-norm of at most 1/2 (the first term
+#: left out, 0.5^19 / 19!, is under 2e-23)
+_EXPM_DEGREE = 18
+
+
+@register("aten::linalg_matrix_exp")
+class MatrixExp(_LinalgLayer):
+    """``torch.linalg.matrix_exp(A)`` of a stack of square floating matrices: scaling and squaring
+    around a degree-18 Taylor polynomial, in float64 (complex128 for complex input), rounded to
+    A's dtype. NaN or inf anywhere in a matrix gives NaN in all of that matrix's result, as torch."""
+
+    def forward(self, a: Any) -> Any:
+        xp = self.xp
+        if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+            raise ShapeError(f"{self.who}: needs a (stack of) square matrices, found shape {tuple(a.shape)}")
+        if not xp.isdtype(a.dtype, ("real floating", "complex floating")):
+            raise ShapeError(f"{self.who}: needs a floating tensor (as torch requires), found {_dt(a.dtype)}")
+        work = xp.complex128 if xp.isdtype(a.dtype, "complex floating") else xp.float64
+        x = a if a.dtype == work else xp.astype(a, work)
+        n = a.shape[-1]
+        if math.prod(a.shape) == 0:
+            return xp.asarray(a, copy=True)
+        norms = xp.max(xp.sum(xp.abs(x), axis=-2), axis=-1)[..., None, None]  # each matrix's 1-norm
+        finite = xp.isfinite(norms)
+        norm = float(xp.max(xp.where(finite, norms, 0.0)))
+        squarings = max(0, math.ceil(math.log2(norm / 0.5))) if norm > 0.5 else 0
+        x = xp.where(finite, x, xp.zeros_like(x)) / (2.0 ** squarings)
+        eye = xp.eye(n, dtype=work, device=self.device)
+        result = eye + x / float(_EXPM_DEGREE)  # Horner: I + x (I + x/2 (I + x/3 (...)))
+        for k in range(_EXPM_DEGREE - 1, 0, -1):
+            result = eye + xp.matmul(x, result) / float(k)
+        for _ in range(squarings):
+            result = xp.matmul(result, result)
+        result = xp.where(finite, result, xp.asarray(xp.nan, dtype=work, device=self.device))
+        return result if result.dtype == a.dtype else xp.astype(result, a.dtype)
 
 
 @register("aten::channel_shuffle", "aten::native_channel_shuffle")
