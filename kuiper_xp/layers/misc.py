@@ -28,7 +28,7 @@ from kuiper_xp.limits import check_elements
 from .base import BuildContext, Layer
 from .checks import check_range
 from .registry import register
-from .shape import norm_dim, runtime_ints
+from .shape import norm_dim, number_as, runtime_ints
 
 # ---------------------------------------------------------------------------------------------
 # shared helpers
@@ -578,11 +578,7 @@ class Fill(Layer):
         v = self.value
         if self.slot is not None:
             v = _scalar_input(xp, inputs[self.slot])
-        if x.dtype == xp.bool:
-            v = bool(v)
-        elif not is_float(xp, x.dtype):
-            v = int(v)  # (toward zero, as torch's fill_ of an integer tensor)
-        return xp.full(tuple(x.shape), v, dtype=x.dtype, device=self.device)
+        return xp.full(tuple(x.shape), number_as(xp, v, x.dtype), dtype=x.dtype, device=self.device)
 
 
 @register("torch.arange")

@@ -121,6 +121,16 @@ def input_slots(op, keys: Sequence[str]) -> dict[str, int]:
     return {name: i for i, name in enumerate(op.input_names) if name in keys}
 
 
+def number_as(xp: Any, v: Any, dtype: Any) -> Any:
+    """A Python number cast to ``dtype``'s kind as torch casts a number written into a tensor:
+    bool for bool, truncated toward zero for integers (2.7 -> 2), unchanged for floats."""
+    if dtype == xp.bool:
+        return bool(v)
+    if not xp.isdtype(dtype, ("real floating", "complex floating")):
+        return int(v)
+    return v
+
+
 def out_dtype(op, k: int = 0) -> str | None:
     """The Array API dtype name of output ``k`` as annotated in the file, or None."""
     return op.outputs[k].array_dtype if len(op.outputs) > k else None
@@ -853,15 +863,10 @@ class SliceCopy(Slice):
         else:
             key = self.cached(shape, lambda: self._key(shape, self.params))
         out = xp.asarray(x, copy=True)
-        target = out[key]
-        if src is None:  # the number cast as torch casts it: 2.7 into an integer tensor is 2
-            v = self.src
-            if out.dtype == xp.bool:
-                v = bool(v)
-            elif not xp.isdtype(out.dtype, ("real floating", "complex floating")):
-                v = int(v)
-            out[key] = xp.asarray(v, dtype=out.dtype, device=self.device)
+        if src is None:
+            out[key] = xp.asarray(number_as(xp, self.src, out.dtype), dtype=out.dtype, device=self.device)
             return out
+        target = out[key]
         try:
             value = xp.broadcast_to(src, tuple(target.shape))
         except Exception:  # noqa: BLE001 - the library's own broadcasting error
