@@ -37,6 +37,7 @@ in L2-sized chunks with chunk-sized temporaries, warning-free and NaN/Inf-exact 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -1265,6 +1266,7 @@ def _k_gelu_tanh(s, d, tmp):
     d *= t
 
 
+@functools.lru_cache(maxsize=None)
 def _numpy_avx512() -> bool:
     """Whether numpy's own SIMD loops run with AVX-512F here (its float32 ``exp`` 8 lanes wider)."""
     try:
@@ -1282,7 +1284,6 @@ CHORD_TABLES: bool | None = None
 #: the tables' knots are CHORD_STEP apart
 CHORD_STEP = 1.0 / 1024
 _chord_tabs: dict = {}
-_chord_auto: bool | None = None
 _CHORD_SLOT = 48
 
 
@@ -1333,12 +1334,9 @@ def _chord_table(name: str) -> tuple:
 
 
 def _use_chords() -> bool:
-    global _chord_auto
     if CHORD_TABLES is not None:
         return CHORD_TABLES
-    if _chord_auto is None:
-        _chord_auto = not _numpy_avx512()
-    return _chord_auto
+    return not _numpy_avx512()
 
 
 def _k_chords(name, s, d, tmp):
@@ -3857,24 +3855,16 @@ ATTENTION_BLOCK_BYTES = 1 << 20
 #: ~1.7x faster on 2 AVX-512 Xeon cores when the fast path was written) or reads k through a
 #: transposed view: None = copy where numpy's loops have AVX-512 (a proxy for OpenBLAS's AVX-512
 #: kernels), True / False force it. On an AMD EPYC (Zen 3, AVX2) thread the view was 0.5-0.9 of
-#: the copy's time for the scores of a block (ViT-B/32's 4 x 12 heads of 50 tokens 0.57-0.68 -> 0.26-0.35 ms,
-#: BERT's 12 x 128 0.55-0.62 -> 0.34-0.41, 4 heads of 500 1.9-2.4 -> 1.6-2.1, keys 4x longer
+#: the copy's time for the scores of a block (ViT-B/32's 4 x 12 heads of 50 tokens 0.57-0.68 ->
+#: 0.26-0.35 ms, BERT's 12 x 128 0.55-0.62 -> 0.34-0.41, 4 heads of 500 1.9-2.4 -> 1.6-2.1, keys 4x longer
 #: than queries 2.7x faster, one query against 200 keys 10-17x), the scale then on the scores;
 #: whole calls on 2 threads, three runs: ViT-B/32 at batch 8 1.39-1.82 -> 1.13-1.59 ms, BERT
 #: (4, 12, 128, 64) 3.6-4.0 -> 2.8-3.6
 ATTENTION_NN_COPY: bool | None = None
 
 
-_avx512: bool | None = None
-
-
 def _attention_nn_copy() -> bool:
-    global _avx512
-    if ATTENTION_NN_COPY is not None:
-        return ATTENTION_NN_COPY
-    if _avx512 is None:
-        _avx512 = _numpy_avx512()
-    return _avx512
+    return _numpy_avx512() if ATTENTION_NN_COPY is None else ATTENTION_NN_COPY
 #: a softmax skips the per-row max shift when every value lies within +-this: exp stays under
 #: 5.6e34 and over 1.8e-35 (no row underflows whole); the row sums are checked against overflow
 #: too (rows of more than ~6e3 values at 80 would reach float32's max)
