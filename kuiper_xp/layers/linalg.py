@@ -48,7 +48,7 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 from .base import BuildContext, Layer
 from .misc import input_slots, is_float, output_dtype, promote
 from .registry import register
-from .shape import norm_dim, runtime_int, runtime_ints
+from .shape import norm_dim, runtime_flag, runtime_int, runtime_ints
 
 
 class _LinalgLayer(Layer):
@@ -757,13 +757,6 @@ class MatrixPower(_LinalgLayer):
         return result if result is not a else xp.asarray(a, copy=True)
 
 
-def _flag(v: Any, who: str, what: str) -> bool:
-    """A boolean argument from a constant input (a Python bool or number, or a 0-d array)."""
-    if isinstance(v, bool):
-        return v
-    return bool(runtime_int(v, who, what))
-
-
 @register("aten::linalg_solve_triangular")
 class SolveTriangular(_LinalgLayer):
     """``torch.linalg.solve_triangular(A, B, upper=, left=True, unitriangular=False)`` (pnnx:
@@ -785,12 +778,12 @@ class SolveTriangular(_LinalgLayer):
         if a.ndim < 2 or a.shape[-2] != n or b.ndim < 2:
             raise ShapeError(f"{self.who}: needs square matrices A and a matrix B, found shapes {tuple(a.shape)} "
                              f"and {tuple(b.shape)}")
-        is_left = _flag(left, self.who, "left")
+        is_left = runtime_flag(left, self.who, "left")
         if b.shape[-2 if is_left else -1] != n:
             raise ShapeError(f"{self.who}: A of shape {tuple(a.shape)} does not fit B of shape {tuple(b.shape)} "
                              f"(left={is_left})")
-        m = xp.triu(a) if _flag(upper, self.who, "upper") else xp.tril(a)
-        if _flag(unitriangular, self.who, "unitriangular"):
+        m = xp.triu(a) if runtime_flag(upper, self.who, "upper") else xp.tril(a)
+        if runtime_flag(unitriangular, self.who, "unitriangular"):
             eye = xp.eye(n, dtype=xp.bool, device=self.device)
             m = xp.where(eye, xp.ones_like(m), m)
         if is_left:

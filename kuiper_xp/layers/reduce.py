@@ -17,7 +17,16 @@ from kuiper_xp.errors import LayerParameterError, ShapeError
 
 from .base import BuildContext, Layer
 from .registry import register
-from .shape import ShapeLayer, dtype_name, norm_dim, norm_dims, out_dtype, runtime_int, runtime_ints
+from .shape import (
+    ShapeLayer,
+    dtype_name,
+    norm_dim,
+    norm_dims,
+    out_dtype,
+    runtime_flag,
+    runtime_int,
+    runtime_ints,
+)
 
 __all__ = ["Mean", "Sum", "Prod", "AMax", "AMin", "MaxMin", "ArgMax", "ArgMin", "StdVar", "LogSumExp",
            "Norm", "AllAny", "CumSum", "CumProd", "AtenReduce", "StdVarMean"]
@@ -407,7 +416,7 @@ class LinalgNorm(ShapeLayer):
         if not _is_float(xp, x.dtype):
             raise ShapeError(f"{who}: norm of a {dtype_name(x.dtype)} tensor (torch needs a floating input)")
         o = _ord_value(ord_, who)
-        kd = _flag(keepdim, who, "keepdim")
+        kd = runtime_flag(keepdim, who, "keepdim")
         dims = None if dim is None else runtime_ints(dim, who, "dim")
         matrix = self.op_type.endswith("matrix_norm")
         if matrix:
@@ -584,15 +593,6 @@ class StdVarMean(_Reduce):
 # ``pnnx.Expression expr=1`` / ``expr=False``. A string argument (``interpolation='linear'``,
 # ``ord='fro'``) arrives as the Python string of a bare-word expression (``expr=linear``).
 
-def _flag(v: Any, who: str, what: str) -> bool:
-    """A bool argument (keepdim): a Python bool, an int, or a 0-d array."""
-    if v is None:
-        return False
-    if isinstance(v, bool):
-        return v
-    return bool(runtime_int(v, who, what))
-
-
 def _axes_arg(v: Any, nd: int, who: str) -> tuple[int, ...] | None:
     """``dim`` as None (all dims), an int or a list; () for a 0-d input given dim 0 or -1."""
     dims = None if v is None else runtime_ints(v, who, "dim")
@@ -694,7 +694,7 @@ class Median(_AtenArgs):
             v, _ = self._median(flat, ignore_nan)
             return xp.reshape(v, ())
         axis = _one_axis(dim, x.ndim, self.who)
-        kd, scalar = _flag(keepdim, self.who, "keepdim"), x.ndim == 0
+        kd, scalar = runtime_flag(keepdim, self.who, "keepdim"), x.ndim == 0
         xl = xp.reshape(x, (1,)) if scalar else _last(xp, x, axis)
         if xl.shape[-1] == 0:
             raise ShapeError(f"{self.who}: median over dim {axis} of size 0 (input shape {tuple(x.shape)})")
@@ -732,7 +732,7 @@ class KthValue(_AtenArgs):
         _no_bool_input(self, x, "kthvalue")
         k = runtime_int(k, self.who, "k")
         axis = _one_axis(-1 if dim is None else dim, x.ndim, self.who)
-        kd, scalar = _flag(keepdim, self.who, "keepdim"), x.ndim == 0
+        kd, scalar = runtime_flag(keepdim, self.who, "keepdim"), x.ndim == 0
         xl = xp.reshape(x, (1,)) if scalar else _last(xp, x, axis)
         n = xl.shape[-1]
         if not 1 <= k <= n:
@@ -771,7 +771,7 @@ class Quantile(_AtenArgs):
                                       f"{', '.join(_INTERPOLATIONS)}")
         if not xp.isdtype(x.dtype, "real floating"):
             raise ShapeError(f"{who}: quantile of a {dtype_name(x.dtype)} tensor (torch needs float or double)")
-        kd = _flag(keepdim, who, "keepdim")
+        kd = runtime_flag(keepdim, who, "keepdim")
         # q as a 1-d array in x's dtype (torch computes the ranks in the input's dtype)
         if isinstance(q, (int, float)) and not isinstance(q, bool):
             q_scalar, qa = True, xp.asarray([float(q)], dtype=x.dtype, device=self.device)
@@ -839,7 +839,7 @@ class AMinMax(_AtenArgs):
     def forward(self, x: Any, dim: Any = None, keepdim: Any = False) -> Any:
         xp = self.xp
         axes = _axes_arg(dim, x.ndim, self.who)
-        kd = _flag(keepdim, self.who, "keepdim")
+        kd = runtime_flag(keepdim, self.who, "keepdim")
         _check_nonempty(self, x, axes)
         xc = xp.astype(x, xp.int8) if x.dtype == xp.bool else x
         lo, hi = xp.min(xc, axis=axes, keepdims=kd), xp.max(xc, axis=axes, keepdims=kd)
@@ -941,7 +941,7 @@ class Mode(_AtenArgs):
     def forward(self, x: Any, dim: Any = -1, keepdim: Any = False) -> Any:
         xp = self.xp
         axis = _one_axis(-1 if dim is None else dim, x.ndim, self.who)
-        kd, scalar = _flag(keepdim, self.who, "keepdim"), x.ndim == 0
+        kd, scalar = runtime_flag(keepdim, self.who, "keepdim"), x.ndim == 0
         xl = xp.reshape(x, (1,)) if scalar else _last(xp, x, axis)
         n = xl.shape[-1]
         if n == 0:
@@ -974,7 +974,7 @@ class NanSumMean(_AtenArgs):
     def forward(self, x: Any, dim: Any = None, keepdim: Any = False, *_: Any) -> Any:
         xp = self.xp
         axes = _axes_arg(dim, x.ndim, self.who)
-        kd = _flag(keepdim, self.who, "keepdim")
+        kd = runtime_flag(keepdim, self.who, "keepdim")
         dt = getattr(xp, self.out_dtype) if self.out_dtype else (x.dtype if _is_float(xp, x.dtype) else xp.int64)
         is_mean = self.op_type.endswith("nanmean")
         if is_mean and not _is_float(xp, dt):

@@ -109,6 +109,16 @@ def runtime_ints(value: Any, who: str, what: str) -> tuple[int, ...]:
     return tuple(_one_int(v, who, what) for v in items)
 
 
+def runtime_flag(v: Any, who: str, what: str) -> bool:
+    """A bool argument arriving as an input (keepdim, upper, left): a Python bool, an int, or a
+    0-d array; None is False."""
+    if v is None:
+        return False
+    if isinstance(v, bool):
+        return v
+    return bool(runtime_int(v, who, what))
+
+
 def runtime_int(value: Any, who: str, what: str) -> int:
     v = runtime_ints(value, who, what)
     if len(v) != 1:
