@@ -270,6 +270,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                              f"({', '.join(s.name for s in g.outputs)}); use an .npz --output")
         batches = list(kio.make_batches(samples, args.batch_size, specs))
         total = sum(b.n for b in batches)
+        padded = sum(b.pad for b in batches)
+        if padded:
+            out.note(f"{padded} zero row(s) padded the input(s) to the model's static batch of "
+                     f"{batches[0].n + batches[0].pad} (their outputs are dropped): right for a model "
+                     "whose rows do not mix; export with a dynamic batch (inputs2=) to run the rows as they are")
         out.debug(f"{len(samples)} sample(s), {total} row(s) in {len(batches)} batch(es)")
         per_batch: list[list[np.ndarray]] = []
         sync = g.backend.synchronize
@@ -510,6 +515,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         highs = g.index_input_limits()
         host = kio.random_inputs(g.inputs, args.batch, _parse_shapes(args.shape, g.inputs, args.batch),
                                  seed=args.seed, highs=highs)
+        fixed = {a.shape[0] for a, s in zip(host, g.inputs) if a.ndim and s.shape and s.shape[0] is not None}
+        if fixed and args.batch not in fixed and args.batch != 1 and all(s.shape and s.shape[0] is not None for s in g.inputs):
+            out.note(f"the model's batch is static ({', '.join(map(str, sorted(fixed)))}): --batch {args.batch} "
+                     "is not used (export with a dynamic batch, inputs2=, to time other batches)")
         x = [be.asarray(a) for a in host]  # on the device once: transfers are not timed
         for _ in range(args.warmup):
             g(*x)

@@ -89,6 +89,9 @@ class Batch:
     n: int
     pad: int = 0
     rows: list[tuple[str, int]] = field(default_factory=list)
+    #: the rows were cut from, joined across or padded beyond the samples as given: each output
+    #: must then have the batch's rows as its first dimension (see :func:`concat_outputs`)
+    regrouped: bool = False
 
 
 # -- finding files ----------------------------------------------------------------------------------
@@ -456,7 +459,7 @@ def make_batches(samples: Sequence[Sample], batch_size: int, specs: Sequence[Spe
             if static is not None and hi - lo < static:
                 pad = static - (hi - lo)
                 part = [np.concatenate([a, np.zeros((pad,) + a.shape[1:], dtype=a.dtype)]) for a in part]
-            yield Batch(part, hi - lo, pad, rows[lo:hi])
+            yield Batch(part, hi - lo, pad, rows[lo:hi], regrouped=len(group) > 1 or total > size or pad > 0)
         group.clear()
 
     for s in samples:
@@ -472,7 +475,10 @@ def make_batches(samples: Sequence[Sample], batch_size: int, specs: Sequence[Spe
 
 def concat_outputs(per_batch: Sequence[Sequence[np.ndarray]], batches: Sequence[Batch],
                    names: Sequence[str]) -> list[np.ndarray]:
-    """The outputs of every batch joined along the batch dimension (padding rows dropped)."""
+    """The outputs of every batch joined along the batch dimension (padding rows dropped). An
+    output of a regrouped batch (rows split, joined or padded) whose first dimension is not the
+    batch's rows raises :class:`InputError`: it reduces or mixes the rows (``x.mean(0)``), so
+    the batches' results cannot stand for the samples' own."""
     if not per_batch:
         return []
     out: list[np.ndarray] = []
@@ -480,7 +486,16 @@ def concat_outputs(per_batch: Sequence[Sequence[np.ndarray]], batches: Sequence[
         parts = []
         for outs, b in zip(per_batch, batches):
             a = outs[k]
-            if b.pad and a.ndim and a.shape[0] == b.n + b.pad:
+            if b.regrouped and (a.ndim == 0 or a.shape[0] != b.n + b.pad):
+                how = (f"padded with {b.pad} zero row(s) to the model's static batch of {b.n + b.pad}"
+                       if b.pad else f"cut into batches of at most {b.n + b.pad} row(s)")
+                fix = ("give inputs of exactly the static batch's rows" if b.pad else
+                       "run all rows in one call (--batch-size at least the number of rows)")
+                raise InputError(f"output {name!r} has shape {tuple(a.shape)} for a batch of {b.n + b.pad} "
+                                 f"row(s): its first dimension is not the batch's, so the model reduces or "
+                                 f"mixes rows and the inputs, {how}, would not give the samples' own "
+                                 f"results; {fix}")
+            if b.pad:
                 a = a[: b.n]
             parts.append(a)
         if len(parts) == 1:

@@ -1,6 +1,8 @@
 """The runtime graph (seeds 002/003) on models exported by pnnx from small torch networks."""
 
+import warnings
 import weakref
+import zipfile
 
 import numpy as np
 import pytest
@@ -381,3 +383,52 @@ def test_list_outputs_are_flattened_and_run_keys_stay_unique(tmp_path):
     assert len(named) == 3 and all("#" in k for k in named)
     with pytest.raises(ValueError, match="positive integer"):
         g.planned_peak_bytes(batch=0)
+
+
+def test_a_misspelled_parameter_is_named_at_load(tmp_path):
+    # a hand-edited .param with `strde=` for `stride=`: the layer read no stride, took its
+    # default (1) and ran silently wrong; now the build warns, naming the key and the line
+    text = ("7767517\n3 2\npnnx.Input in0 0 1 x #x=(1,2,8,8)f32\n"
+            "F.max_pool2d pool 1 1 x y kernel_size=(2,2) {key}=(2,2) padding=(0,0) dilation=(1,1) "
+            "ceil_mode=False return_indices=False #x=(1,2,8,8)f32 #y=(1,2,4,4)f32\n"
+            "pnnx.Output out0 1 0 y\n")
+    with zipfile.ZipFile(tmp_path / "m.pnnx.bin", "w"):
+        pass  # (no weights)
+    bad = tmp_path / "m.pnnx.param"
+    bad.write_text(text.format(key="strde"))
+    with pytest.warns(UserWarning, match=r"pool' \(.*m\.pnnx\.param:4\): parameter strde=.*misspelling of 'stride'"):
+        kuiper_xp.load(bad)
+    bad.write_text(text.format(key="stride"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = kuiper_xp.load(bad)
+    x = np.arange(128, dtype=np.float32).reshape(1, 2, 8, 8)
+    (y,) = g(x)
+    assert_close(np.asarray(y), torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, 2).numpy())
+
+
+class _ShapeNumbers(nn.Module):
+    def forward(self, x):
+        return x.sum(), torch.tensor(x.shape[0], dtype=torch.float32) / 2, x.new_tensor(1.0) * x.shape[0]
+
+
+def test_outputs_computed_from_shapes_alone_are_arrays_of_torchs_dtype(tmp_path):
+    # pnnx writes them as expressions of size() alone, which evaluate to Python numbers: they
+    # came back as float64 arrays (or Python floats), torch's are float32 tensors
+    m = _ShapeNumbers()
+    param = export_torch(m, (torch.randn(2, 6),), tmp_path, inputs2=(torch.randn(3, 6),))
+    x = torch.randn(5, 6)
+    got = kuiper_xp.load(param)(x.numpy())
+    for a, e in zip(got, m(x)):
+        assert str(a.dtype) == str(e.dtype).removeprefix("torch.") and a.shape == ()
+        assert_close(np.asarray(a), e.numpy())
+
+
+def test_an_error_that_names_its_operator_gets_no_second_note(tmp_path):
+    # "nn.Embedding 'e' (...:4): index 25 is out of range ... (while running nn.Embedding 'e' (...:4))"
+    m = nn.Sequential(nn.Embedding(20, 8))
+    g = kuiper_xp.load(export_torch(m, (torch.randint(0, 20, (2, 5)),), tmp_path))
+    with pytest.raises(ShapeError, match="out of range for an embedding table of 20 rows") as info:
+        g(np.full((2, 5), 25, np.int64))
+    text = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])
+    assert text.count("nn.Embedding '0'") == 1, text

@@ -251,6 +251,25 @@ def test_static_batch_pads_the_last_batch_and_drops_the_padding():
     assert joined.shape == (3, 5)
 
 
+def test_outputs_that_reduce_the_rows_of_regrouped_batches_are_refused():
+    # x.mean(0) of a 100-row file cut into batches of 64 and 36 gave two means joined as one
+    # (12,) output; a static batch padded with zero rows changed the mean itself
+    spec = [Spec("a", (None, 5))]
+    batches = list(kio.make_batches(_samples([100]), 64, spec))
+    means = [[b.arrays[0].mean(0)] for b in batches]
+    with pytest.raises(InputError, match=r"output 'm' has shape \(5,\) for a batch of 64 row\(s\).*--batch-size"):
+        kio.concat_outputs(means, batches, ["m"])
+    static = list(kio.make_batches(_samples([3]), 64, [Spec("a", (4, 5))]))
+    assert [(b.n, b.pad) for b in static] == [(3, 1)]
+    with pytest.raises(InputError, match="padded with 1 zero row.*static batch of 4"):
+        kio.concat_outputs([[b.arrays[0].mean(0)] for b in static], static, ["m"])
+    # one sample run as given (no split, no join, no padding): the model's own output, any shape
+    (single,) = list(kio.make_batches(_samples([100]), 128, spec))
+    assert not single.regrouped
+    (m,) = kio.concat_outputs([[single.arrays[0].mean(0)]], [single], ["m"])
+    assert m.shape == (5,)
+
+
 def test_different_shapes_are_not_mixed():
     spec = [Spec("a", (None, None))]
     s = _samples([1, 1]) + _samples([1], width=3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,30 @@ class WeightRef:
         return self.reader.read(self)
 
 
+class Params(dict):
+    """An operator's parameters, recording every key a layer looks up (present or not), so that
+    a key nothing read can be told from one a layer expected: see :meth:`Operator.param_typos`."""
+
+    __slots__ = ("asked",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.asked.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.asked.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if isinstance(key, str):
+            self.asked.add(key)
+        return super().__contains__(key)
+
+
 @dataclass(eq=False)
 class Operator:
     type: str
@@ -100,6 +125,26 @@ class Operator:
     attrs: dict[str, WeightRef] = field(default_factory=dict)
     line: int = 0
     path: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.params, Params):
+            self.params = Params(self.params)
+
+    def param_typos(self) -> list[tuple[str, str]]:
+        """``(key, expected)`` pairs after a layer was built from this operator: a parameter no
+        lookup asked for, next to one the layer asked for that is missing and that it resembles
+        (``strde=(2,2)`` where ``stride`` was expected: the layer then took stride's default)."""
+        asked = getattr(self.params, "asked", set())
+        have = set(dict.keys(self.params))
+        missing = sorted(k for k in asked if k not in have)
+        if not missing:
+            return []
+        out = []
+        for key in sorted(have - asked):
+            near = difflib.get_close_matches(key, missing, n=1, cutoff=0.75)
+            if near:
+                out.append((key, near[0]))
+        return out
 
     @property
     def where(self) -> str:

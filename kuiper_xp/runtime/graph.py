@@ -21,6 +21,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -50,6 +51,8 @@ _NUMPY_CASTS = frozenset({"float32", "float64", "float16", "int8", "int16", "int
 
 _PORTS = ("pnnx.Input", "pnnx.Output")
 _TUPLE = "prim::TupleConstruct"
+#: the dtype of a graph output that is a Python number, by its type: torch's for such a tensor
+_NUMBER_DTYPES = {bool: "bool", int: "int64", float: "float32", complex: "complex64"}
 
 
 class LayerRuntimeError(KuiperXPError, RuntimeError):
@@ -267,6 +270,10 @@ class Graph:
         ctx = BuildContext(self.backend)
         for r in compute:
             r.layer = registry.create(r.op, ctx)
+            for key, expected in r.op.param_typos():
+                warnings.warn(f"{r.op.where}: parameter {key}={dict.get(r.op.params, key)!r} is not one "
+                              f"{r.op.type} reads, and {expected!r}, which it reads, is missing, so its "
+                              f"default is used: is {key!r} a misspelling of {expected!r}?", stacklevel=2)
         #: weights found equal to one read before, which share its array (pnnx writes a module
         #: called several times with a copy of its weights per call)
         self.shared_weights = ctx.shared_weights
@@ -301,6 +308,7 @@ class Graph:
         self._input_operands = [r.op.outputs[0] for r in in_ops]
         self._input_ids = [slots[o.name] for o in self._input_operands]
         self._output_ids = [slots[o.name] for o in output_operands]
+        self._output_dtypes = [o.array_dtype for o in output_operands]
         self.inputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in self._input_operands]
         for k, spec in enumerate(self.inputs):
             if spec.dtype is not None and not hasattr(self.xp, spec.dtype):
@@ -742,7 +750,7 @@ class Graph:
                 if messages:
                     outs, code = outs[:-1], outs[-1]
                     raise_failed(code, messages)
-                return outs
+                return self._as_arrays(outs)
         pool = self._pool
         with self.backend.compute_scope(pool), self._checks() as pending:
             if pool is not None:
@@ -750,13 +758,28 @@ class Graph:
             self._execute(env, profile)
         if pending is not None:
             raise_failed(pending.code, pending.messages)
-        outs = tuple(env[s] for s in self._output_ids)
-        if any(isinstance(o, (list, tuple)) for o in outs):
-            # ``return [a, b]``: pnnx writes one list-valued expression; its items are outputs
-            outs = tuple(v for o in outs for v in (o if isinstance(o, (list, tuple)) else (o,)))
+        outs = self._as_arrays(tuple(env[s] for s in self._output_ids))
         if pool is not None:
             pool.lend(outs)
         return outs
+
+    def _as_arrays(self, outs: tuple) -> tuple:
+        """The outputs as arrays: the items of a list-valued output (``return [a, b]``, which
+        pnnx writes as one list expression) in its place, and a Python number (an output computed
+        from shapes alone, ``torch.tensor(x.shape[0], dtype=torch.float32) / 2``) as a 0-d array
+        of the dtype the file declares for it, else torch's for that kind of number (float32,
+        int64, bool, complex64)."""
+        if not any(isinstance(o, (list, tuple)) or type(o) in _NUMBER_DTYPES for o in outs):
+            return outs
+        xp, dev = self.xp, self.backend.device
+        flat = []
+        for o, dt in zip(outs, self._output_dtypes):
+            for v in (o if isinstance(o, (list, tuple)) else (o,)):
+                if type(v) in _NUMBER_DTYPES:  # (exact types: a numpy scalar is left as it is)
+                    want = dt if dt is not None and v is o and hasattr(xp, dt) else _NUMBER_DTYPES[type(v)]
+                    v = xp.asarray(v, dtype=getattr(xp, want), device=dev)
+                flat.append(v)
+        return tuple(flat)
 
     def _run_on(self, xs: list) -> tuple[Any, ...]:
         """One eager pass on converted input arrays ``xs`` (the replayer's recording run)."""
@@ -924,7 +947,7 @@ def _signature(xs: list) -> tuple:
 
 def _note(exc: BaseException, r: RuntimeOperator) -> None:
     add = getattr(exc, "add_note", None)
-    if add is not None:
+    if add is not None and r.op.where not in str(exc):  # (not when the message names it already)
         add(f"while running {r.op.where}")
 
 
