@@ -336,7 +336,7 @@ def _run_on_dask(args: argparse.Namespace, out: _Out) -> int:
         t0 = time.perf_counter()
         outputs = kxd.run_files(files.param, paths, scheduler=args.scheduler,
                                 local_workers=args.workers, batch_size=args.batch_size,
-                                backend=g.backend.name, progress=not out.quiet,
+                                backend=g.backend.name, progress=not out.quiet and sys.stderr.isatty(),
                                 loader=kxd.ItemLoader(g.inputs[0], pre))
         run_s = time.perf_counter() - t0
         names = [s.name for s in g.outputs]

@@ -16,7 +16,9 @@ Needs the ``dask`` extra: ``pip install -e '.[dask]' (in the kuiper-xp checkout)
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -211,7 +213,8 @@ def run_files(
 ) -> tuple[Any, ...]:
     """Compute :func:`map_files` on a Dask cluster: ``scheduler`` is an address
     (``tcp://host:8786``) or None with ``local_workers`` for a LocalCluster of that many worker
-    processes on this machine. Progress is Dask's own (``distributed.progress``)."""
+    processes on this machine. Progress is Dask's own (``distributed.progress``), drawn on
+    stderr (Dask draws it on stdout, where the outputs of a command may go)."""
     from distributed import Client, LocalCluster
     from distributed import progress as dask_progress
 
@@ -227,7 +230,8 @@ def run_files(
         outs = outs if isinstance(outs, tuple) else (outs,)
         persisted = client.persist(list(outs))
         if progress:
-            dask_progress(persisted)
+            with contextlib.redirect_stdout(sys.stderr):
+                dask_progress(persisted)
         return tuple(client.compute(list(persisted), sync=True))
     finally:
         client.close()

@@ -131,3 +131,18 @@ def test_cli_dask_needs_inputs(capsys):
 
     assert main(["run", "--dask", "local"]) == 2
     assert "--input" in capsys.readouterr().err
+
+
+def test_the_progress_bar_is_not_written_to_stdout(tmp_path, capsys):
+    # Dask's text bar goes to stdout, where `kuiper-xp run` users may pipe their results
+    from kuiper_xp.data import __file__ as data_init
+
+    data = np.load(os.path.join(os.path.dirname(data_init), "digits_test.npz"))
+    paths = []
+    for i in range(8):
+        np.save(tmp_path / f"x{i}.npy", data["images"][i])
+        paths.append(str(tmp_path / f"x{i}.npy"))
+    model = os.path.join(os.path.dirname(data_init), "digits.pnnx.param")
+    (got,) = kxd.run_files(model, paths, local_workers=1, batch_size=4, progress=True)
+    captured = capsys.readouterr()
+    assert got.shape[0] == 8 and "Completed" in captured.err and "Completed" not in captured.out

@@ -248,6 +248,8 @@ def test_equal_weights_are_shared(backend, tmp_path):
     weights = {id(lin.weight_t) for lin in lins}
     assert len(lins) == 5 and len(weights) == 2  # the four calls share one, `near` keeps its own
     assert g.shared_weights >= 3 + 3 + 2  # linear weights and biases, two conv copies, ln_b
+    if backend == "numpy":  # (shared: the packed copies are read-only like the weights read)
+        assert not any(lin.weight_t.flags.writeable for lin in lins)
     if backend == "numpy":
         convs = [r.layer for r in g.operators if isinstance(r.layer, Conv)]
         assert len(convs) == 3 and len({id(c._plan) for c in convs}) == 1

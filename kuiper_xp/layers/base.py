@@ -10,6 +10,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from kuiper_xp.pnnx.ir import Operator, WeightRef
 
 
+
+def _read_only(arr: Any) -> None:
+    """Mark a (numpy) weight array read-only where the backend's arrays have that flag."""
+    flags = getattr(arr, "flags", None)
+    if flags is not None and hasattr(flags, "writeable"):
+        flags.writeable = False
+
 class BuildContext:
     """What a layer needs at build time: the backend's namespace ``xp``, its ``device``, the
     backend's optional ``fast`` paths, and :meth:`weight` to move a weight to the device once."""
@@ -75,8 +82,7 @@ class BuildContext:
 
     def _device_copy(self, host: Any) -> Any:
         arr = self.backend.asarray(host)
-        if getattr(arr, "flags", None) is not None and hasattr(arr.flags, "writeable"):
-            arr.flags.writeable = False  # it may be shared: no layer writes into a weight
+        _read_only(arr)  # it may be shared: no layer writes into a weight
         return arr
 
     def _earlier(self, fp: tuple, host: Any) -> Any:
@@ -129,6 +135,7 @@ class BuildContext:
                 self.shared_weights += 1
                 return result
         result = make(source)
+        _read_only(result)  # (shared like the weights it is made from)
         self._derived.setdefault(key, []).append((result, source_of))
         return result
 
