@@ -434,3 +434,21 @@ def test_an_error_that_names_its_operator_gets_no_second_note(tmp_path):
         g(np.full((2, 5), 25, np.int64))
     text = "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])
     assert text.count("nn.Embedding '0'") == 1, text
+
+
+class _IntFloorByFloat(nn.Module):
+    def forward(self, a):
+        return a // 0.5
+
+
+def test_an_integer_tensor_floor_divided_by_a_float_names_pnnxs_declared_dtype(tmp_path):
+    # pnnx declares float64 for it (`expr=floor_divide(@0,0.5) #1=(1,8)f64`); torch gives float32
+    a = torch.randint(-9, 10, (1, 8))
+    assert _IntFloorByFloat()(a).dtype == torch.float32
+    param = export_torch(_IntFloorByFloat(), (a,), tmp_path)
+    if "f64" not in param.read_text():
+        pytest.skip("this pnnx declares the dtype torch gives")
+    g = kuiper_xp.load(param)
+    with pytest.raises(ShapeError, match=r"has dtype float32, the model declares float64 \(pnnx declares float64 "
+                                         r"for an integer tensor .*x\.float\(\) // 0\.5"):
+        g(a.numpy())

@@ -320,6 +320,25 @@ def test_topk(backend, tmp_path, k, dim, largest):
                params=f"dim={dim} k={k} largest={largest} sorted=True", keys=["input"])
 
 
+class _TopHalf(nn.Module):
+    def forward(self, x):
+        v, i = torch.topk(x, x.shape[1] // 2, dim=1, largest=False)
+        return v, i
+
+
+def test_topk_with_k_computed_from_a_dynamic_size(backend, tmp_path):
+    # pnnx passes such a k as the input $k (`torch.topk ... $input=0 $k=1`), not a parameter
+    from helpers import export_torch
+
+    param = export_torch(_TopHalf(), (torch.randn(2, 6),), tmp_path, inputs2=(torch.randn(3, 10),))
+    g = kuiper_xp.load(param, backend=backend)
+    x = torch.randn(4, 14)
+    v, i = (backend.to_numpy(a) for a in g(x.numpy()))
+    tv, ti = _TopHalf()(x)
+    np.testing.assert_array_equal(v, t2n(tv))
+    np.testing.assert_array_equal(i, t2n(ti))
+
+
 @pytest.mark.parametrize("shape,k,dim,largest,dtype", [
     ((3, 70, 10), 8, 1, True, np.float32), ((24, 90), 20, -1, False, np.float64), ((32, 64), 16, 1, True, np.int64),
     ((40, 60), 10, 0, False, np.int32), ((2, 3, 400), 1, 2, True, np.float32), ((8, 300), 75, 1, True, np.float32),

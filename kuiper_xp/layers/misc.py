@@ -696,33 +696,47 @@ class TopK(Layer):
     """``torch.topk(input, k, dim, largest, sorted)`` -> (values, int64 indices), through a
     stable argsort (ties: lower index first)."""
 
-    def __init__(self, ctx: BuildContext, k: int, dim: int, largest: bool):
+    def __init__(self, ctx: BuildContext, k: int | None, dim: int, largest: bool,
+                 slots: dict[str, int] | None = None):
         super().__init__(ctx)
         self.k, self.dim, self.largest = k, dim, largest
+        # k computed in the graph (``x.shape[1] // 2``, a dynamic export) arrives as the input $k
+        self.slots = slots or {"input": 0}
         self._fast = getattr(ctx.fast, "topk", None)  # (numpy: a partition, then k sorted)
 
     @classmethod
     def from_operator(cls, op, ctx):
-        k = op.param("k", int)
-        if k < 0:
-            raise LayerParameterError(f"{op.where}: k={k} must be >= 0")
-        return cls(ctx, k, op.param("dim", int, default=-1), op.param("largest", bool, default=True))
+        slots = input_slots(op, ("input", "k"))
+        k = None
+        if "k" not in slots:
+            k = op.param("k", int)
+            if k < 0:
+                raise LayerParameterError(f"{op.where}: k={k} must be >= 0")
+        return cls(ctx, k, op.param("dim", int, default=-1), op.param("largest", bool, default=True), slots)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, *inputs: Any) -> Any:
         xp = self.xp
+        x = inputs[self.slots["input"]]
+        k = self.k
+        if k is None:
+            who = f"{self.op_type} {self.op_name!r}"
+            k = runtime_ints(inputs[self.slots["k"]], who, "k")
+            if len(k) != 1 or k[0] < 0:
+                raise ShapeError(f"{who}: k={k if len(k) != 1 else k[0]} must be one integer >= 0")
+            k = k[0]
         if x.ndim == 0:
             x = xp.reshape(x, (1,))
             axis = 0
         else:
             axis = norm_dim(self.dim, x.ndim, f"{self.op_type} {self.op_name!r}")
         n = x.shape[axis]
-        if self.k > n:
-            raise ShapeError(f"topk: k={self.k} is larger than dimension {axis} of size {n}")
-        got = None if self._fast is None else self._fast(x, self.k, axis, self.largest)
+        if k > n:
+            raise ShapeError(f"topk: k={k} is larger than dimension {axis} of size {n}")
+        got = None if self._fast is None else self._fast(x, k, axis, self.largest)
         if got is not None:
             return got
         idx = xp.argsort(x, axis=axis, descending=self.largest, stable=True)
-        sl = tuple(slice(0, self.k) if a == axis else slice(None) for a in range(x.ndim))
+        sl = tuple(slice(0, k) if a == axis else slice(None) for a in range(x.ndim))
         idx = xp.astype(idx[sl], xp.int64)
         return xp.take_along_axis(x, idx, axis=axis), idx
 

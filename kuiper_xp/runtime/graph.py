@@ -1090,6 +1090,12 @@ def _check_output(r: RuntimeOperator, operand: Operand, value: Any, rank_only: b
             if r.type == "pnnx.Expression" and want.startswith("float") and not got.startswith(("float", "complex")):
                 hint = (" (pnnx drops a multiplication of a boolean or integer tensor by 1.0, and some casts, "
                         "leaving the dtype it declares: write mask.float() or .to(dtype) in the model)")
+            elif (r.type == "pnnx.Expression" and (want, got) == ("float64", "float32") and r.op.inputs
+                  and all(o.dtype is not None and DTYPES.get(o.dtype, ("",))[0].startswith(("int", "uint", "bool"))
+                          for o in r.op.inputs)):
+                hint = (" (pnnx declares float64 for an integer tensor combined with a Python float (x // 0.5), "
+                        "where torch computes float32, as kuiper-xp did: cast the tensor in the "
+                        "model, x.float() // 0.5)")
             elif r.type == "pnnx.Expression":
                 hint = (" (pnnx writes a 0-d constant tensor, torch.tensor(1.5, dtype=torch.float64), as a bare "
                         "literal that loses its dtype, and folds away identity arithmetic that promoted one "
