@@ -125,6 +125,9 @@ CASES = {
                                 torch.special.i1e(x * 50), torch.i0(i))),
                (_r(3, 4), torch.tensor([[0, 3, -20]])),
                {"aten::i0", "aten::special_i0e", "aten::special_i1", "aten::special_i1e"}),
+    "zeta": (Fn(lambda x, q, i: (torch.special.zeta(x.abs() + 1.5, q), torch.special.zeta(x.abs() * 3 + 1, 2.5),
+                                 torch.special.zeta(3.0, q), torch.special.zeta(i, i + 0.5))),
+             (_r(3, 4), _r(3, 4, seed=1, scale=4), torch.tensor([[2, 3, 5, 8]])), {"aten::special_zeta"}),
     "polygamma": (Fn(lambda x, i: (torch.polygamma(0, x), torch.polygamma(1, x * 3), torch.polygamma(2, x + 2.5),
                                    torch.special.polygamma(3, x * 4), torch.polygamma(5, i))),
                   (_r(3, 4), torch.tensor([[1, 3, -2, 7]])), {"aten::polygamma"}),
@@ -295,6 +298,28 @@ def test_polygamma_across_its_range(backend, n, dtype):
         layer(-1, backend.asarray(x))
     with pytest.raises(ShapeError, match=r"aten::polygamma 'pg': inputs below -100000 are not supported"):
         layer(2, backend.asarray(np.array([POLYGAMMA_MIN_X * 2], dtype)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_hurwitz_zeta_across_its_domain(backend, dtype):
+    """torch.special.zeta(x, q): the poles (q = 0, -1, ...: +inf, even for x NaN), x = 1 (+inf),
+    x < 1 (NaN), negative non-integer q with integer and non-integer x, x = +inf (torch's loop:
+    1 at q = 1, NaN above, +inf below), tiny and large q, NaN; non-integer q below
+    POLYGAMMA_MIN_X is refused."""
+    x = np.array([1.0, 1.5, 2.0, 2.5, 3.0, 4.7, 10.0, 0.5, 1.0, 2.0, 3.0, 2.5, 2.0, 50.0, np.nan, np.inf, np.inf,
+                  np.inf, np.inf, 2.0, 2.0, np.nan, 3.0], dtype)
+    q = np.array([1.0, 2.0, 0.3, 5.0, -2.5, 1e-3, 7.0, 1.0, 0.5, 0.0, -3.0, -2.5, 1e3, 0.9, 1.0, 1.0, 1.5, 0.5,
+                  -3.0, np.inf, -np.inf, -3.0, -7.25], dtype)
+    layer = make_layer(backend, "aten::special_zeta z 2 1 0 1 2", 2)
+    got = backend.to_numpy(layer(backend.asarray(x), backend.asarray(q)))
+    want = torch.special.zeta(torch.from_numpy(x), torch.from_numpy(q)).numpy()
+    assert got.dtype == want.dtype
+    for what in (np.isnan, np.isposinf, np.isneginf):
+        np.testing.assert_array_equal(what(got), what(want), err_msg=what.__name__)
+    ok = np.isfinite(want)
+    _close(got[ok], want[ok], 1e-13 if dtype == np.float64 else 4e-7, 0.0, f"zeta {np.dtype(dtype).name}")
+    with pytest.raises(ShapeError, match=r"aten::special_zeta 'z': q below -100000 is not supported"):
+        layer(backend.asarray(np.array([2.0], dtype)), backend.asarray(np.array([-2.5e5 - 0.5], dtype)))
 
 
 def test_scalar_operands_given_as_parameters(backend):

@@ -491,10 +491,10 @@ _ZETA_A = tuple(float(math.factorial(2 * i + 2) / b) for i, b in enumerate(_BERN
 POLYGAMMA_MIN_X = -1e5
 
 
-def hurwitz_zeta(s: float, q: Any, xp: Any) -> Any:
-    """zeta(s, q) = sum_k (q + k)^-s for a float64 array ``q`` and an integer s >= 2, as torch's
-    zeta: the terms summed until q + k > 9 (and at least 10 of them), then the Euler-Maclaurin
-    tail; +inf at the poles q = 0, -1, -2, ..."""
+def hurwitz_zeta(s: Any, q: Any, xp: Any) -> Any:
+    """zeta(s, q) = sum_k (q + k)^-s for a float64 array ``q`` and s > 1 (a number, or a float64
+    array broadcasting with q), as torch's zeta: the terms summed until q + k > 9 (and at least
+    10 of them), then the Euler-Maclaurin tail; +inf at the poles q = 0, -1, -2, ..."""
     acc = xp.pow(q, -s)
     a = q
     b = xp.zeros_like(q)
@@ -881,6 +881,37 @@ class NanToNum(_Op):
 class _Binary(_Op):
     slots = ("input", "other")
     required = 2
+
+
+@register("aten::special_zeta")
+class Zeta(_Binary):
+    """``torch.special.zeta(x, q)``: the Hurwitz zeta function sum_k (q + k)^-x, elementwise (in
+    float64, rounded to torch's result dtype; integers give float32), with torch's domain: +inf
+    at x = 1 and at the poles q = 0, -1, ...; NaN for x < 1 and for a negative non-integer q with
+    a non-integer x. q below POLYGAMMA_MIN_X is refused (the sum steps up from q one unit at a
+    time)."""
+
+    def compute(self, x, q):
+        xp = self.xp
+        dt, (x, q) = self.promote(x, q, floating=True)
+        x64, q64 = self.widen(x), self.widen(q)
+        x64, q64 = xp.broadcast_arrays(x64, q64)
+        q_int = q64 == xp.floor(q64)
+        pole = (q64 <= 0.0) & q_int
+        if q64.size and bool(xp.any((q64 < POLYGAMMA_MIN_X) & ~q_int & xp.isfinite(q64))):
+            raise ShapeError(f"{self.who}: q below {POLYGAMMA_MIN_X:g} is not supported (the series steps up "
+                             "from q one unit at a time)")
+        ok = (x64 > 1.0) & xp.isfinite(x64)
+        y = hurwitz_zeta(xp.where(ok, x64, 2.0), xp.where(pole, 1.0, q64), xp)
+        y = xp.where((q64 <= 0.0) & ~q_int & (x64 != xp.floor(x64)), xp.nan, y)
+        y = xp.where(pole, xp.inf, y)
+        # x = +inf as torch's loop ends it: 1 at q = 1, NaN above, +inf below (a term 0^-inf)
+        at_inf = xp.where(q64 > 1.0, xp.nan, xp.where(q64 == 1.0, xp.ones_like(y), xp.inf))
+        y = xp.where(x64 == xp.inf, at_inf, y)
+        y = xp.where(x64 < 1.0, xp.nan, y)
+        y = xp.where(x64 == 1.0, xp.inf, y)
+        y = xp.where((xp.isnan(x64) & ~pole) | xp.isnan(q64), xp.nan, y)  # (a pole is +inf even then)
+        return y if dt == xp.float64 else xp.astype(y, dt)
 
 
 @register("aten::hypot")
