@@ -77,6 +77,17 @@ CASES = {
         Fn(lambda x: (x * (1 - torch.eye(x.shape[1])), torch.eye(x.shape[0], x.shape[1], dtype=torch.int64),
                       torch.eye(x.shape[1], 3, dtype=torch.float64), torch.eye(x.shape[0] - 2, x.shape[1]) + 1)),
         (_r(2, 5, 5),), {"aten::eye"}, (_r(4, 6, 6, seed=1),)),
+    # window functions of a length from the input's shape (a spectrogram's window): every kind,
+    # periodic and symmetric, hamming's alpha/beta, kaiser's beta, float64 by code
+    "windows": (
+        Fn(lambda x: (x * torch.hann_window(x.shape[1]), x * torch.hann_window(x.shape[1], periodic=False),
+                      x * torch.hamming_window(x.shape[1]), x * torch.hamming_window(x.shape[1], False, 0.5, 0.4),
+                      x * torch.blackman_window(x.shape[1]), x * torch.bartlett_window(x.shape[1], periodic=False),
+                      x * torch.bartlett_window(x.shape[1]), x * torch.kaiser_window(x.shape[1], True, 8.0),
+                      x * torch.kaiser_window(x.shape[1], False), torch.hann_window(x.shape[1], dtype=torch.float64),
+                      torch.blackman_window(x.shape[0] - 1))),
+        (_r(2, 6),), {"aten::hann_window", "aten::hamming_window", "aten::blackman_window", "aten::bartlett_window",
+                      "aten::kaiser_window"}, (_r(3, 11, seed=1),)),
     "combinations": (
         Fn(lambda v, i: (torch.combinations(v), torch.combinations(v, r=3, with_replacement=True),
                          torch.combinations(v, r=1), torch.combinations(v, r=5), torch.combinations(v, r=0),
@@ -268,6 +279,13 @@ def test_diff_vander_combinations_reject_bad_operands(backend):
         ey(3, 99, None, "cpu", False)
     with pytest.raises(LayerParameterError, match=r"aten::eye.*expected 5 or 6 inputs"):
         make_layer(backend, "aten::eye ey 2 1 0 1 2", 2)
+    hw = make_layer(backend, "aten::hann_window hw 5 1 0 1 2 3 4 5", 5)
+    with pytest.raises(ShapeError, match=r"aten::hann_window 'hw': window_length must be non-negative, found -3"):
+        hw(-3, None, None, "cpu", False)
+    with pytest.raises(ShapeError, match=r"aten::hann_window 'hw': window functions need a floating dtype, found int64"):
+        hw(4, 4, None, "cpu", False)
+    with pytest.raises(LayerParameterError, match=r"aten::hann_window.*expected 5 to 6 inputs"):
+        make_layer(backend, "aten::hann_window hw 7 1 0 1 2 3 4 5 6 7", 7)
     cb = make_layer(backend, "aten::combinations cb 3 1 0 1 2 3", 3)
     with pytest.raises(ShapeError, match=r"aten::combinations 'cb': expects a 1-d vector, found shape \(2, 2\)"):
         cb(_arr(backend, 2, 2), 2, False)

@@ -2,8 +2,10 @@
 ``aten::unfold`` (``Tensor.unfold``), ``aten::fliplr`` / ``flipud`` / ``msort``, ``aten::diff``,
 ``aten::vander``, ``aten::combinations``, ``aten::trapezoid`` / ``trapz`` /
 ``cumulative_trapezoid``, ``aten::cov`` / ``corrcoef``, ``aten::renorm``, ``aten::pdist``,
-``aten::atleast_1d`` / ``2d`` / ``3d``, ``aten::ravel``, ``aten::take`` and ``aten::eye`` (``torch.eye`` of a
-size from the input's shape; a constant size is folded by pnnx).
+``aten::atleast_1d`` / ``2d`` / ``3d``, ``aten::ravel``, ``aten::take``, ``aten::eye`` (``torch.eye`` of a
+size from the input's shape; a constant size is folded by pnnx) and the window functions
+``aten::hann_window`` / ``hamming_window`` / ``blackman_window`` / ``bartlett_window`` /
+``kaiser_window`` of such a length (a spectrogram's ``torch.hann_window(x.shape[-1])``).
 
 pnnx spellings (torch 2.13 exports); every scalar argument arrives as an input fed by a constant
 ``pnnx.Expression`` (``expr=1``, ``expr=[0,1]``, ``expr=None``, ``expr=True``, ``expr=inf``):
@@ -453,6 +455,70 @@ class Eye(_ArrayLayer):
         check_elements(rows * cols, self.who)
         out = self._out_dtype(dtype)
         return xp.eye(rows, cols, dtype=out, device=self.device)
+
+
+@register("aten::hann_window", "aten::hamming_window", "aten::blackman_window", "aten::bartlett_window",
+          "aten::kaiser_window")
+class Window(_ArrayLayer):
+    """``torch.hann_window(n, periodic=True, ...)`` and its kin whose length pnnx keeps as an input
+    (``aten::hann_window op 5 1 n dtype layout device pin_memory``, 6 with ``periodic``;
+    ``hamming_window`` also takes ``alpha``, ``beta``, ``kaiser_window`` ``beta``, before the
+    dtype): computed as torch computes them, in the result dtype (float32 unless the file or the
+    dtype code says otherwise; ``kaiser_window``'s Bessel ratio in float64), a periodic window
+    being the first n points of the symmetric one of n + 1."""
+
+    n_inputs = (5, 6, 7, 8)
+
+    def __init__(self, ctx: BuildContext, dtype: Any):
+        super().__init__(ctx)
+        self.dtype = dtype
+
+    @classmethod
+    def from_operator(cls, op, ctx: BuildContext):
+        most = {"aten::hamming_window": 8, "aten::kaiser_window": 7}.get(op.type, 6)
+        if not 5 <= len(op.inputs) <= most:
+            raise LayerParameterError(f"{op.where}: expected 5 to {most} inputs (window_length, [periodic, "
+                                      f"parameters,] dtype, layout, device, pin_memory), found {len(op.inputs)}")
+        return cls(ctx, output_dtype(op, ctx.xp))
+
+    def forward(self, n: Any, *rest: Any) -> Any:
+        xp = self.xp
+        mid, code = rest[:-4], rest[-4]
+        length = self._int(n, "window_length")
+        if length < 0:
+            raise ShapeError(f"{self.who}: window_length must be non-negative, found {length}")
+        check_elements(length + 1, self.who)
+        dt = self._out_dtype(code)
+        if not xp.isdtype(dt, "real floating"):
+            raise ShapeError(f"{self.who}: window functions need a floating dtype, found {dtype_name(dt)}")
+        periodic = True if not mid else self._flag(mid[0], "periodic")
+        if length <= 1:
+            return xp.ones((length,), dtype=dt, device=self.device)
+        m = length + 1 if periodic else length
+        k = xp.arange(m, dtype=dt, device=self.device)
+        kind = self.op_type.removeprefix("aten::").removesuffix("_window")
+        if kind in ("hann", "hamming"):
+            alpha = 0.5 if kind == "hann" else (self._number(mid[1], "alpha") if len(mid) > 1 else 0.54)
+            beta = 0.5 if kind == "hann" else (self._number(mid[2], "beta") if len(mid) > 2 else 0.46)
+            w = xp.cos(k * (2.0 * math.pi / (m - 1))) * (-beta) + alpha
+        elif kind == "blackman":
+            t = k * (math.pi / (m - 1))
+            w = xp.cos(t * 4.0) * 0.08 - xp.cos(t * 2.0) * 0.5 + 0.42
+        elif kind == "bartlett":
+            t = k * (2.0 / (m - 1))
+            first = ((m - 1) >> 1) + 1
+            w = xp.concat([t[:first], 2.0 - t[first:]])
+        else:  # kaiser: I0(beta sqrt(1 - ((k - a) / a)^2)) / I0(beta), a = (m - 1) / 2
+            from .mathops import _bessel_i
+
+            beta = self._number(mid[1], "beta") if len(mid) > 1 else 12.0
+            a = (m - 1) / 2.0
+            r = (xp.astype(k, xp.float64) - a) / a
+            arg = beta * xp.sqrt(xp.clip(1.0 - r * r, 0.0, None))
+            i0 = _bessel_i(xp.concat([arg, xp.asarray([beta], dtype=xp.float64, device=self.device)]), xp, 0,
+                           False, 709.78)
+            w = xp.astype(i0[:-1] / i0[-1], dt)
+        return w[:length] if periodic else w
 
 
 @register("aten::combinations")
