@@ -145,6 +145,13 @@ CASES = {
     "fftn_s_only": (Fn(lambda s, x: vr(fft.fftn(x, s=(3, 6)))), (_r(2, 4, 5),), {"torch.fft.fftn"}),
     "rfftn_irfftn": (Fn(lambda s, x: fft.irfftn(fft.rfftn(x)) + fft.irfftn(fft.rfftn(x, dim=(0, 1)), dim=(0, 1))),
                      (_r(2, 4, 6),), {"torch.fft.rfftn", "torch.fft.irfftn"}),
+    # the Hermitian n-dimensional pair: every norm, sizes, dims, a real input to hfft2
+    "hfftn_ihfftn": (Fn(lambda s, x: (vr(fft.ihfft2(x)), vr(fft.ihfftn(x, dim=(0, 2), norm="ortho")),
+                                      vr(fft.ihfftn(x, s=(3, 8), norm="forward")), fft.hfft2(fft.ihfft2(x)),
+                                      fft.hfftn(fft.ihfftn(x, norm="ortho"), s=(4, 5), norm="ortho"),
+                                      fft.hfft2(x, norm="forward"), fft.hfftn(torch.view_as_complex(torch.stack(
+                                          [x, x.flip(2)], -1)), dim=(1, 2)))),
+                     (_r(2, 4, 6),), {"torch.fft.hfft2", "torch.fft.ihfft2", "torch.fft.hfftn", "torch.fft.ihfftn"}),
     "fftshift": (Fn(lambda s, x: (fft.fftshift(x, dim=-1), fft.ifftshift(x), fft.fftshift(fft.ifftshift(x, dim=(0, 2))))),
                  (_r(3, 4, 7),), {"aten::fft_fftshift", "aten::fft_ifftshift"}),
     # complex helpers and the expression layer on complex values

@@ -7,8 +7,9 @@ pnnx spellings (torch 2.13 exports):
 * ``torch.fft.fft(x, n, dim, norm)``: ``torch.fft.fft torch.fft.fft_0 1 1 0 1 dim=-1 n=None
   norm=None $input=0 #1=(2,8)c64``; likewise ``ifft``, ``rfft``, ``irfft``, ``hfft``, ``ihfft``;
 * ``torch.fft.fft2(x, s, dim, norm)``: ``torch.fft.fft2 ... dim=(-2,-1) norm=None s=(4,6)``;
-  likewise ``ifft2``, ``rfft2``, ``irfft2`` and the ``fftn`` family (``dim=None`` = every axis,
-  or the last ``len(s)`` axes when ``s`` is given);
+  likewise ``ifft2``, ``rfft2``, ``irfft2``, ``hfft2``, ``ihfft2`` and the ``fftn`` family
+  (``dim=None`` = every axis, or the last ``len(s)`` axes when ``s`` is given; ``hfftn`` /
+  ``ihfftn`` as ``irfftn`` / ``rfftn`` of the conjugate with the normalisation swapped);
 * ``torch.fft.fftshift(x, dim)``: ``aten::fft_fftshift pnnx_3 2 1 x dim`` with ``dim`` from a
   constant expression (``expr=None``, ``expr=[-1]``); ``aten::fft_ifftshift`` the same;
 * ``torch.view_as_real`` / ``torch.view_as_complex`` / ``torch.real`` / ``torch.imag``
@@ -129,7 +130,12 @@ _FFTN = {
     "torch.fft.rfft2": ("rfftn", "r2c", 2), "torch.fft.irfft2": ("irfftn", "c2r", 2),
     "torch.fft.fftn": ("fftn", "c2c", 0), "torch.fft.ifftn": ("ifftn", "c2c", 0),
     "torch.fft.rfftn": ("rfftn", "r2c", 0), "torch.fft.irfftn": ("irfftn", "c2r", 0),
+    "torch.fft.hfft2": ("hfftn", "c2r", 2), "torch.fft.ihfft2": ("ihfftn", "r2c", 2),
+    "torch.fft.hfftn": ("hfftn", "c2r", 0), "torch.fft.ihfftn": ("ihfftn", "r2c", 0),
 }
+#: a norm and its opposite: hfftn(x) is irfftn(conj(x)) and ihfftn(x) conj(rfftn(x)), each with
+#: the normalisation on the other side
+_SWAPPED_NORM = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
 def _prepare(xp: Any, x: Any, kind: str, name: str, where: str) -> tuple[Any, Any]:
@@ -278,7 +284,12 @@ class FFTN(Layer):
             if y is not None:
                 return y
         x, out_dtype = _prepare(xp, x, self.kind, self.fn, self.where)
-        y = getattr(xp.fft, self.fn)(x, s=tuple(s), axes=tuple(axes), norm=self.norm)
+        if self.fn == "hfftn":
+            y = xp.fft.irfftn(xp.conj(x), s=tuple(s), axes=tuple(axes), norm=_SWAPPED_NORM[self.norm])
+        elif self.fn == "ihfftn":
+            y = xp.conj(xp.fft.rfftn(x, s=tuple(s), axes=tuple(axes), norm=_SWAPPED_NORM[self.norm]))
+        else:
+            y = getattr(xp.fft, self.fn)(x, s=tuple(s), axes=tuple(axes), norm=self.norm)
         return _cast(xp, y, out_dtype)
 
 
