@@ -377,6 +377,20 @@ class IndexAdd(_Named):
 
     def forward(self, x, dim, index, source, alpha=1):
         xp, dev = self.xp, self.device
+        axis, x1, index, src = self._along(x, dim, index, source)
+        a = alpha if isinstance(alpha, (bool, int, float)) else (
+            to_float(alpha) if is_float(xp, alpha.dtype) else to_int(alpha))
+        if a != 1:
+            if not is_float(xp, x.dtype) and isinstance(a, float) and not a.is_integer():
+                raise ShapeError(f"{self.where}: alpha={a} for an integer tensor")
+            src = src * _value_like(xp, a if is_float(xp, x.dtype) else int(a), x, dev, self.where)
+        out = segment_scatter(xp, x1, index, src, "sum", True, dev, self.backend.fast, axis)
+        return xp.reshape(out, x.shape) if x.ndim == 0 else out
+
+    def _along(self, x, dim, index, source):
+        """``(axis, x as at least 1-d, the index as 1-d int64 in range, source in x's dtype)``,
+        the shapes checked as torch checks them."""
+        xp, dev = self.xp, self.device
         axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
         if index.ndim > 1:
             raise ShapeError(f"{self.where}: index must be 0-D or 1-D, found shape {tuple(index.shape)}")
@@ -395,14 +409,30 @@ class IndexAdd(_Named):
         if tuple(src.shape) != exp_shape:
             raise ShapeError(f"{self.where}: source of shape {tuple(source.shape)} does not match input "
                              f"{tuple(x.shape)} with {index.shape[0]} entries along dim {axis}")
-        src = _value_like(xp, src, x, dev, self.where)
-        a = alpha if isinstance(alpha, (bool, int, float)) else (
-            to_float(alpha) if is_float(xp, alpha.dtype) else to_int(alpha))
-        if a != 1:
-            if not is_float(xp, x.dtype) and isinstance(a, float) and not a.is_integer():
-                raise ShapeError(f"{self.where}: alpha={a} for an integer tensor")
-            src = src * _value_like(xp, a if is_float(xp, x.dtype) else int(a), x, dev, self.where)
-        out = segment_scatter(xp, x1, index, src, "sum", True, dev, self.backend.fast, axis)
+        return axis, x1, index, _value_like(xp, src, x, dev, self.where)
+
+
+@register("aten::index_reduce")
+class IndexReduce(IndexAdd):
+    """``x.index_reduce(dim, index, source, reduce, include_self=True)``: a copy of x with each
+    slice ``source[..., i, ...]`` reduced into ``x[..., index[i], ...]`` by ``reduce`` (prod, mean,
+    amax, amin), with x's own value when include_self (an integer mean rounds down, as torch's);
+    slices nobody names keep their value."""
+
+    @classmethod
+    def from_operator(cls, op, ctx):
+        if len(op.inputs) not in (5, 6):
+            raise LayerParameterError(f"{op.where}: expected 5 or 6 inputs (input, dim, index, source, reduce"
+                                      f"[, include_self]), found {len(op.inputs)}")
+        return cls(ctx, op.where)
+
+    def forward(self, x, dim, index, source, reduce, include_self=True):
+        xp = self.xp
+        if not isinstance(reduce, str) or reduce not in ("prod", "mean", "amax", "amin"):
+            raise ShapeError(f"{self.where}: reduce={reduce!r}; expected one of prod, mean, amax, amin")
+        keep = True if include_self is None else _flag(include_self, "include_self", self.where)
+        axis, x1, index, src = self._along(x, dim, index, source)
+        out = segment_scatter(xp, x1, index, src, reduce, keep, self.device, self.backend.fast, axis)
         return xp.reshape(out, x.shape) if x.ndim == 0 else out
 
 
