@@ -499,6 +499,12 @@ def _unique_consecutive(x, y, f):
             torch.unique_consecutive(f), cnt.max())
 
 
+def _unique_dim(x, i):
+    v, inv, cnt = torch.unique(x, dim=0, return_inverse=True, return_counts=True)
+    b = i > 0  # (a bool input makes pnnx write no file)
+    return v, inv, cnt, torch.unique(x, dim=1), torch.unique(b, dim=1, return_counts=True)[1], v.float().sum()
+
+
 DATA_DEPENDENT = {
     # traced with one count, run with others (all, none, some)
     "nonzero_chain": (Fn(_nonzero_chain), (_r(3, 5), _r(5, seed=1)),
@@ -508,6 +514,12 @@ DATA_DEPENDENT = {
     "unique": (Fn(_unique), (_t([3, 1, 3, 2, 1]), _t([[0.5, -1.0], [0.5, 2.0]])),
                [(_t([7, 7, 7, 7, 7]), _t([[1.0, 2.0], [3.0, 4.0]])), (_t([5, -4, 3, 2, 1]), _t([[0.0, 0.0], [0.0, 1.0]]))],
                {"aten::_unique2"}),
+    # rows and columns; ties broken by later columns, negative values, bools
+    "unique_dim": (Fn(_unique_dim), (_t([[2, 1], [0, 5], [2, 1], [0, -3], [2, 0], [0, 5]]),
+                                     _t([[1, 0, 1], [0, 0, 0]])),
+                   [(_t([[7, 7], [7, 7], [7, 7], [7, 7], [7, 7], [7, 7]]), _t([[1, 1, 1], [1, 1, 1]])),
+                    (_t([[-1, 9], [3, 2], [3, -2], [-1, 9], [5, 5], [3, 2]]), _t([[0, 1, 1], [1, 1, 0]]))],
+                   {"aten::unique_dim"}),
     "where_one": (Fn(_where_one), (_r(3, 4), _t([0, 3, 0, 1, 2])),
                   [(torch.ones(3, 4), _t([0, 0, 0, 0, 0])), (-torch.ones(3, 4), _t([1, 1, 1, 1, 1])),
                    (_r(3, 4, seed=5), _t([0, 0, 7, 0, 0]))],

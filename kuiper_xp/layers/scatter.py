@@ -1063,6 +1063,44 @@ class Unique(_DataDependent):
         return out[0] if self.n_out == 1 else out[:self.n_out]
 
 
+@register("aten::unique_dim")
+class UniqueDim(_DataDependent):
+    """``torch.unique(x, dim=d, ...)`` (pnnx: ``aten::unique_dim op 5 3 x dim sorted
+    return_inverse return_counts``): the distinct slices of x along dim in lexicographic order
+    (sorted or not, as torch's kernel), the slice each input slice became, and the counts; like
+    torch, the inverse and counts are always given. A NaN makes its slice differ from every
+    other."""
+
+    def forward(self, x, dim, _sorted=True, return_inverse=False, return_counts=False):
+        xp, dev = self.xp, self.device
+        if x.ndim == 0:
+            raise ShapeError(f"{self.where}: dim={dim} for a 0-D input")
+        axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
+        moved = xp.moveaxis(x, axis, 0)
+        n, width = moved.shape[0], math.prod(moved.shape[1:])
+        if n and not width:
+            raise ShapeError(f"{self.where}: the input {tuple(x.shape)} has zero-sized dimensions other than "
+                             f"dim {axis}")
+        rows = xp.reshape(moved, (n, width))
+        empty = xp.zeros((0,), dtype=xp.int64, device=dev)
+        if n == 0:
+            out = (x, empty, empty)
+            return out[0] if self.n_out == 1 else out[:self.n_out]
+        keys = xp.astype(rows, xp.uint8) if rows.dtype == xp.bool else rows
+        order = xp.arange(n, dtype=xp.int64, device=dev)
+        for c in range(width - 1, -1, -1):  # (stable sorts from the last column: lexicographic)
+            order = xp.take(order, xp.argsort(xp.take(keys[:, c], order, axis=0), stable=True), axis=0)
+        s = xp.take(rows, order, axis=0)
+        change = xp.any(s[1:, :] != s[:-1, :], axis=1)
+        start = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), change])
+        starts = xp.nonzero(start)[0]
+        values = xp.moveaxis(xp.take(xp.moveaxis(x, axis, 0), xp.take(order, starts, axis=0), axis=0), 0, axis)
+        seg = xp.cumulative_sum(xp.astype(start, xp.int64)) - 1
+        inverse = xp.take(seg, xp.argsort(order), axis=0)
+        out = (values, inverse, _run_lengths(xp, starts, n, dev))
+        return out[0] if self.n_out == 1 else out[:self.n_out]
+
+
 def _run_lengths(xp: Any, starts: Any, n: int, device: Any) -> Any:
     """int64 lengths of the runs beginning at ``starts`` (ascending) in a sequence of ``n``."""
     ends = xp.concat([starts[1:], xp.asarray([n], dtype=starts.dtype, device=device)])
