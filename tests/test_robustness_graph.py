@@ -220,6 +220,9 @@ def test_unknown_operator_types_are_listed_all_at_once(tmp_path):
     # swapped letters; prim::If from a torch.jit.script model: export the traced module
     (["F.rleu r 1 1 0 1", "prim::If c 1 1 1 2"],
      ["F.rleu: did you mean F.relu", "control flow of a torch.jit.script model", "pnnx.export"]),
+    # random sampling (a VAE's reparameterisation): make the noise an input
+    (["torch.randn_like n 1 1 0 1", "aten::normal m 1 1 1 2"],
+     ["aten::normal, torch.randn_like: random sampling inside the model", "make the noise an input"]),
 ])
 def test_unknown_operator_types_get_hints(tmp_path, ops, needles):
     p = write_model(tmp_path, ["pnnx.Input in 0 1 0", *ops, "pnnx.Output out 1 0 2"])

@@ -97,6 +97,11 @@ class LayerRegistry:
             hints.append(f"  {', '.join(bare)}: pnnx writes an nn.LSTM / nn.GRU / nn.RNN exported on its own "
                          "(the top-level module) this way; wrap it in a parent nn.Module and export that (it "
                          "then comes out as nn.LSTM / nn.GRU / nn.RNN, which kuiper-xp runs)")
+        rand = sorted(t for t in types if t.rsplit(".", 1)[-1].removeprefix("aten::") in _RANDOM)
+        if rand:
+            hints.append(f"  {', '.join(rand)}: random sampling inside the model; kuiper-xp computes deterministic "
+                         "inference: make the noise an input of the model (forward(x, eps) with eps = "
+                         "torch.randn_like(...) drawn outside) and export that")
         if {"prim::If", "prim::Loop"} & set(types):
             hints.append("  prim::If / prim::Loop: control flow of a torch.jit.script model; kuiper-xp runs "
                          "traced graphs: export the module itself with pnnx.export (it traces it; branches "
@@ -122,6 +127,10 @@ class LayerRegistry:
         layer.op_name = op.name
         return layer
 
+
+#: the names (after ``torch.``, ``Tensor.`` or ``aten::``) of torch's random sampling operators
+_RANDOM = frozenset({"randn", "randn_like", "rand", "rand_like", "randint", "randint_like", "randperm", "normal",
+                     "normal_", "uniform_", "bernoulli", "bernoulli_", "multinomial", "poisson", "exponential_"})
 
 #: The global registry every built-in layer registers with.
 registry = LayerRegistry()
