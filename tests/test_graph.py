@@ -449,6 +449,6 @@ def test_an_integer_tensor_floor_divided_by_a_float_names_pnnxs_declared_dtype(t
     if "f64" not in param.read_text():
         pytest.skip("this pnnx declares the dtype torch gives")
     g = kuiper_xp.load(param)
-    with pytest.raises(ShapeError, match=r"has dtype float32, the model declares float64 \(pnnx declares float64 "
-                                         r"for an integer tensor .*x\.float\(\) // 0\.5"):
+    with pytest.raises(ShapeError, match=r"has dtype float32, the model declares float64 \(pnnx writes .* float32 "
+                                         r"for an integer tensor with a Python float .*x\.float\(\) // 0\.5"):
         g(a.numpy())

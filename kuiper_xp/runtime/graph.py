@@ -1093,9 +1093,10 @@ def _check_output(r: RuntimeOperator, operand: Operand, value: Any, rank_only: b
             elif (r.type == "pnnx.Expression" and (want, got) == ("float64", "float32") and r.op.inputs
                   and all(o.dtype is not None and DTYPES.get(o.dtype, ("",))[0].startswith(("int", "uint", "bool"))
                           for o in r.op.inputs)):
-                hint = (" (pnnx declares float64 for an integer tensor combined with a Python float (x // 0.5), "
-                        "where torch computes float32, as kuiper-xp did: cast the tensor in the "
-                        "model, x.float() // 0.5)")
+                hint = (" (pnnx writes a 0-d constant tensor, torch.tensor(1.5, dtype=torch.float64), and a "
+                        "Python float alike, as a bare literal, declaring float64 for both: torch gives float64 "
+                        "for the first, and float32 for an integer tensor with a Python float (x // 0.5), as "
+                        "kuiper-xp did: cast explicitly in the model, x.double() - 1.5 or x.float() // 0.5)")
             elif r.type == "pnnx.Expression":
                 hint = (" (pnnx writes a 0-d constant tensor, torch.tensor(1.5, dtype=torch.float64), as a bare "
                         "literal that loses its dtype, and folds away identity arithmetic that promoted one "
