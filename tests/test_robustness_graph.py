@@ -105,6 +105,12 @@ def test_an_input_of_a_dtype_the_backend_lacks_is_refused_at_load(tmp_path):
     with pytest.raises(GraphError, match=r"input 0 \(0\) is declared bfloat16, a dtype backend numpy does not "
                                          r"have; export the model with float32 inputs"):
         load(p)
+    # before any layer is built: a softmax of float16 on array_api_strict (no float16) failed
+    # building its layer with an AttributeError
+    p = write_model(tmp_path, ["pnnx.Input in 0 1 0 #0=(2,4)f16", "F.softmax s 1 1 0 1 dim=-1 #0=(2,4)f16 #1=(2,4)f16",
+                               "pnnx.Output out 1 0 1"])
+    with pytest.raises(GraphError, match=r"input 0 \(0\) is declared float16, a dtype backend array_api_strict"):
+        kuiper_xp.load(p, backend="array_api_strict")
 
 
 def test_a_float_declared_for_a_boolean_expression_names_pnnx_s_dropped_cast(tmp_path):

@@ -267,6 +267,13 @@ class Graph:
                 f"({', '.join(types)}):\n{lines}\n{registry.missing_message(types)}"
             )
 
+        # inputs of a dtype the backend lacks (float16 on array_api_strict), before any layer is
+        # built (a layer making constants of that dtype would fail first, less clearly)
+        for k, r in enumerate(in_ops):
+            o = r.op.outputs[0]
+            if o.array_dtype is not None and not hasattr(self.xp, o.array_dtype):
+                raise GraphError(f"input {k} ({o.name}) is declared {o.array_dtype}, a dtype backend "
+                                 f"{self.backend.name} does not have; export the model with float32 inputs")
         ctx = BuildContext(self.backend)
         for r in compute:
             r.layer = registry.create(r.op, ctx)
@@ -310,10 +317,6 @@ class Graph:
         self._output_ids = [slots[o.name] for o in output_operands]
         self._output_dtypes = [o.array_dtype for o in output_operands]
         self.inputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in self._input_operands]
-        for k, spec in enumerate(self.inputs):
-            if spec.dtype is not None and not hasattr(self.xp, spec.dtype):
-                raise GraphError(f"input {k} ({spec.name}) is declared {spec.dtype}, a dtype backend "
-                                 f"{self.backend.name} does not have; export the model with float32 inputs")
         dd_names = _data_dependent_operands(compute)
         self._data_dependent = {slots[n] for n in dd_names}
         self.outputs = [TensorSpec(o.name, _unknown_dims(o.shape) if o.name in dd_names else o.shape, o.array_dtype)
