@@ -136,11 +136,14 @@ class Operator:
         (``strde=(2,2)`` where ``stride`` was expected: the layer then took stride's default)."""
         asked = getattr(self.params, "asked", set())
         have = set(dict.keys(self.params))
-        missing = sorted(k for k in asked if k not in have)
+        unread = have - asked
+        if not unread:
+            return []
+        missing = sorted(asked - have)
         if not missing:
             return []
         out = []
-        for key in sorted(have - asked):
+        for key in sorted(unread):
             near = difflib.get_close_matches(key, missing, n=1, cutoff=0.75)
             if near:
                 out.append((key, near[0]))
@@ -163,13 +166,17 @@ class Operator:
         given (as torch reads ``align_corners=None``; a layer never sees None where it expects a
         value). Errors name the op, the key and the value.
         """
-        if key not in self.params:
+        params = self.params
+        asked = getattr(params, "asked", None)
+        if asked is not None:
+            asked.add(key)
+        value = dict.get(params, key, _MISSING)  # (one lookup: this runs for every parameter at load)
+        if value is _MISSING:
             if default is _MISSING:
                 raise LayerParameterError(
-                    f"{self.where}: parameter {key!r} is missing; it has {sorted(self.params) or 'no parameters'}"
+                    f"{self.where}: parameter {key!r} is missing; it has {sorted(params) or 'no parameters'}"
                 )
             return default
-        value = self.params[key]
         if value is None and default is not _MISSING and default is not None:
             return default
         if kind is None or value is None:
