@@ -277,9 +277,11 @@ def diagonal(xp: Any, x: Any, offset: int, d1: int, d2: int, device: Any) -> Any
 
 class _Named(Layer):
     """A layer whose operands all arrive as inputs; it keeps only the op's name for errors.
-    ``operands``, where set, names the inputs the operator must have (checked at build)."""
+    ``operands``, where set, names the inputs the operator must have (checked at build), the
+    last ``optional`` of them may be left out."""
 
     operands: tuple[str, ...] | None = None
+    optional: int = 0
 
     def __init__(self, ctx: BuildContext, where: str):
         super().__init__(ctx)
@@ -287,9 +289,11 @@ class _Named(Layer):
 
     @classmethod
     def from_operator(cls, op, ctx):
-        if cls.operands is not None and len(op.inputs) != len(cls.operands):
-            raise LayerParameterError(f"{op.where}: expected {len(cls.operands)} inputs ({', '.join(cls.operands)}), "
-                                      f"found {len(op.inputs)}")
+        names, k = cls.operands, cls.optional
+        if names is not None and not len(names) - k <= len(op.inputs) <= len(names):
+            counts = " or ".join(str(n) for n in range(len(names) - k, len(names) + 1))
+            listed = ", ".join(names[:len(names) - k]) + "".join(f"[, {n}]" for n in names[len(names) - k:])
+            raise LayerParameterError(f"{op.where}: expected {counts} inputs ({listed}), found {len(op.inputs)}")
         return cls(ctx, op.where)
 
 
@@ -368,12 +372,7 @@ class IndexAdd(_Named):
     """``x.index_add(dim, index, source, alpha=1)``: a copy of x with ``alpha * source[..., i,
     ...]`` added to ``x[..., index[i], ...]`` (duplicates add up)."""
 
-    @classmethod
-    def from_operator(cls, op, ctx):
-        if len(op.inputs) not in (4, 5):
-            raise LayerParameterError(f"{op.where}: expected 4 or 5 inputs (input, dim, index, source[, alpha]), "
-                                      f"found {len(op.inputs)}")
-        return cls(ctx, op.where)
+    operands, optional = ("input", "dim", "index", "source", "alpha"), 1
 
     def forward(self, x, dim, index, source, alpha=1):
         xp, dev = self.xp, self.device
@@ -419,18 +418,11 @@ class IndexReduce(IndexAdd):
     amax, amin), with x's own value when include_self (an integer mean rounds down, as torch's);
     slices nobody names keep their value."""
 
-    @classmethod
-    def from_operator(cls, op, ctx):
-        if len(op.inputs) not in (5, 6):
-            raise LayerParameterError(f"{op.where}: expected 5 or 6 inputs (input, dim, index, source, reduce"
-                                      f"[, include_self]), found {len(op.inputs)}")
-        return cls(ctx, op.where)
+    operands, optional = ("input", "dim", "index", "source", "reduce", "include_self"), 1
 
     def forward(self, x, dim, index, source, reduce, include_self=True):
         xp = self.xp
-        if not isinstance(reduce, str) or reduce not in ("prod", "mean", "amax", "amin"):
-            raise ShapeError(f"{self.where}: reduce={reduce!r}; expected one of prod, mean, amax, amin")
-        keep = True if include_self is None else _flag(include_self, "include_self", self.where)
+        keep = _reduce_args(reduce, include_self, _REDUCES[1:], self.where)
         axis, x1, index, src = self._along(x, dim, index, source)
         out = segment_scatter(xp, x1, index, src, reduce, keep, self.device, self.backend.fast, axis)
         return xp.reshape(out, x.shape) if x.ndim == 0 else out
@@ -550,19 +542,20 @@ class ScatterReduce(_Named):
     mean, amax, amin) over what it receives, with its own value when include_self; an integer
     mean rounds down as torch does. Destinations nobody names keep their value."""
 
-    @classmethod
-    def from_operator(cls, op, ctx):
-        if len(op.inputs) not in (5, 6):
-            raise LayerParameterError(f"{op.where}: expected 5 or 6 inputs (input, dim, index, src, reduce"
-                                      f"[, include_self]), found {len(op.inputs)}")
-        return cls(ctx, op.where)
+    operands, optional = ("input", "dim", "index", "src", "reduce", "include_self"), 1
 
     def forward(self, x, dim, index, src, reduce, include_self=True):
-        if not isinstance(reduce, str) or reduce not in _REDUCES:
-            raise ShapeError(f"{self.where}: reduce={reduce!r}; expected one of {', '.join(_REDUCES)}")
+        keep = _reduce_args(reduce, include_self, _REDUCES, self.where)
         axis = _axis(_int(dim, "dim", self.where), x.ndim, self.where)
-        keep = True if include_self is None else _flag(include_self, "include_self", self.where)
         return _scatter_along(self.xp, x, axis, index, src, reduce, keep, self.device, self.where, self.backend.fast)
+
+
+def _reduce_args(reduce: Any, include_self: Any, allowed: tuple[str, ...], where: str) -> bool:
+    """scatter_reduce's and index_reduce's ``reduce`` checked against ``allowed``; returns
+    include_self as a bool (None: True, torch's default)."""
+    if not isinstance(reduce, str) or reduce not in allowed:
+        raise ShapeError(f"{where}: reduce={reduce!r}; expected one of {', '.join(allowed)}")
+    return True if include_self is None else _flag(include_self, "include_self", where)
 
 
 def _broadcast_mask(xp: Any, x: Any, mask: Any, where: str) -> tuple[Any, Any]:
