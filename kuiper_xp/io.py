@@ -490,7 +490,8 @@ def concat_outputs(per_batch: Sequence[Sequence[np.ndarray]], batches: Sequence[
                 how = (f"padded with {b.pad} zero row(s) to the model's static batch of {b.n + b.pad}"
                        if b.pad else f"cut into batches of at most {b.n + b.pad} row(s)")
                 fix = ("give inputs of exactly the static batch's rows" if b.pad else
-                       "run all rows in one call (--batch-size at least the number of rows)")
+                       "run all rows in one call (--batch-size at least the number of rows; a model "
+                       "exported with a static batch: one input file of that many rows per command)")
                 raise InputError(f"output {name!r} has shape {tuple(a.shape)} for a batch of {b.n + b.pad} "
                                  f"row(s): its first dimension is not the batch's, so the model reduces or "
                                  f"mixes rows and the inputs, {how}, would not give the samples' own "
