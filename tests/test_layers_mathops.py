@@ -125,6 +125,8 @@ CASES = {
                                 torch.special.i1e(x * 50), torch.i0(i))),
                (_r(3, 4), torch.tensor([[0, 3, -20]])),
                {"aten::i0", "aten::special_i0e", "aten::special_i1", "aten::special_i1e"}),
+    "frexp": (Fn(lambda x, d: (*torch.frexp(x * 1e3), *torch.frexp(d), torch.frexp(x)[0] * 2)),
+              (_r(3, 4), _r(2, 3, seed=1, dtype=torch.float64)), {"aten::frexp"}),
     "zeta": (Fn(lambda x, q, i: (torch.special.zeta(x.abs() + 1.5, q), torch.special.zeta(x.abs() * 3 + 1, 2.5),
                                  torch.special.zeta(3.0, q), torch.special.zeta(i, i + 0.5))),
              (_r(3, 4), _r(3, 4, seed=1, scale=4), torch.tensor([[2, 3, 5, 8]])), {"aten::special_zeta"}),
@@ -298,6 +300,26 @@ def test_polygamma_across_its_range(backend, n, dtype):
         layer(-1, backend.asarray(x))
     with pytest.raises(ShapeError, match=r"aten::polygamma 'pg': inputs below -100000 are not supported"):
         layer(2, backend.asarray(np.array([POLYGAMMA_MIN_X * 2], dtype)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_frexp_is_exact_across_the_range(backend, dtype):
+    """Zeros of both signs, infinities, NaN, subnormals, the largest finite values and powers of
+    two (where log2 may round either way): mantissa and int32 exponent bit for bit as torch's."""
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(64) * 10.0 ** rng.integers(info.minexp // 4, info.maxexp // 4, 64),
+                        [0.0, -0.0, 1.0, -3.5, np.inf, -np.inf, np.nan, 0.75, 1024.0, info.tiny, info.smallest_subnormal,
+                         info.max, -info.max, 2.0 ** (info.maxexp - 1), 2.0 ** -(info.nmant + 1)]]).astype(dtype)
+    layer = make_layer(backend, "aten::frexp fx 1 2 0 1 2")
+    m, e = (backend.to_numpy(a) for a in layer(backend.asarray(x)))
+    tm, te = torch.frexp(torch.from_numpy(x))
+    assert m.dtype == dtype and e.dtype == np.int32
+    np.testing.assert_array_equal(m, tm.numpy())
+    np.testing.assert_array_equal(np.signbit(m), np.signbit(tm.numpy()))
+    np.testing.assert_array_equal(e, te.numpy())
+    with pytest.raises(ShapeError, match=r"aten::frexp 'fx': frexp needs a floating tensor, found int64"):
+        layer(backend.asarray(np.arange(3)))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

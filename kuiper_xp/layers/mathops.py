@@ -562,6 +562,33 @@ class Polygamma(_Op):
         return self.via64(lambda v, xp: scale * hurwitz_zeta(k + 1.0, v, xp), x)
 
 
+@register("aten::frexp")
+class Frexp(_Op):
+    """``torch.frexp(x)`` -> (mantissa, int32 exponent) with x = mantissa * 2**exponent and
+    0.5 <= |mantissa| < 1; zeros, infinities and NaN come back as they are with exponent 0, as
+    torch's. Exact: the exponent from log2 in float64, corrected by one where it rounded, and the
+    scaling by powers of two (split in two, so that 2**1024 is never formed)."""
+
+    def compute(self, x):
+        xp = self.xp
+        x = self.array(x)
+        if not self.is_float(x.dtype):
+            raise ShapeError(f"{self.who}: frexp needs a floating tensor, found {dtype_name(x.dtype)} (torch too)")
+        v = self.widen(x)
+        ok = xp.isfinite(v) & (v != 0.0)
+        a = xp.where(ok, xp.abs(v), 1.0)
+        e = xp.floor(xp.log2(a)) + 1.0
+
+        def scaled(e):
+            return a / xp.pow(2.0, e - 1.0) * 0.5
+
+        m = scaled(e)
+        e = xp.where(m >= 1.0, e + 1.0, xp.where(m < 0.5, e - 1.0, e))
+        m = xp.where(ok, scaled(e), 0.0)
+        mant = xp.where(ok, xp.where(v < 0.0, -m, m), v)
+        return xp.astype(mant, x.dtype), xp.astype(xp.where(ok, e, 0.0), xp.int32)
+
+
 @register("aten::erfinv")
 class ErfInv(_Op):
     """``torch.erfinv``: the inverse error function; +-inf at +-1, NaN outside [-1, 1]."""
