@@ -53,6 +53,7 @@ from kuiper_xp.limits import check_elements
 
 from .base import BuildContext, Layer
 from .checks import check_range
+from .mathops import _bessel_i
 from .misc import is_float, output_dtype, promote
 from .registry import register
 from .shape import dtype_name, norm_dim, norm_dims, runtime_int, runtime_ints
@@ -509,14 +510,12 @@ class Window(_ArrayLayer):
             first = ((m - 1) >> 1) + 1
             w = xp.concat([t[:first], 2.0 - t[first:]])
         else:  # kaiser: I0(beta sqrt(1 - ((k - a) / a)^2)) / I0(beta), a = (m - 1) / 2
-            from .mathops import _bessel_i
-
             beta = self._number(mid[1], "beta") if len(mid) > 1 else 12.0
             a = (m - 1) / 2.0
             r = (xp.astype(k, xp.float64) - a) / a
             arg = beta * xp.sqrt(xp.clip(1.0 - r * r, 0.0, None))
             i0 = _bessel_i(xp.concat([arg, xp.asarray([beta], dtype=xp.float64, device=self.device)]), xp, 0,
-                           False, 709.78)
+                           False, math.log(float(xp.finfo(xp.float64).max)))
             w = xp.astype(i0[:-1] / i0[-1], dt)
         return w[:length] if periodic else w
 

@@ -28,7 +28,7 @@ from kuiper_xp.limits import check_elements
 from .base import BuildContext, Layer
 from .checks import check_range
 from .registry import register
-from .shape import norm_dim, number_as, runtime_ints
+from .shape import norm_dim, number_as, runtime_int, runtime_ints
 
 # ---------------------------------------------------------------------------------------------
 # shared helpers
@@ -720,10 +720,9 @@ class TopK(Layer):
         k = self.k
         if k is None:
             who = f"{self.op_type} {self.op_name!r}"
-            k = runtime_ints(inputs[self.slots["k"]], who, "k")
-            if len(k) != 1 or k[0] < 0:
-                raise ShapeError(f"{who}: k={k if len(k) != 1 else k[0]} must be one integer >= 0")
-            k = k[0]
+            k = runtime_int(inputs[self.slots["k"]], who, "k")
+            if k < 0:
+                raise ShapeError(f"{who}: k={k} must be >= 0")
         if x.ndim == 0:
             x = xp.reshape(x, (1,))
             axis = 0
