@@ -120,6 +120,34 @@ def test_random_pools_match_torch(mode):
             assert_close(got, want, rtol=1e-5, what=f"case {i} {case}")
 
 
+@pytest.mark.parametrize("rows_first", [False, True])
+def test_random_max_pools_either_order_equal_torch(mode, rows_first):
+    """The separable max pool taking the column views first or the row views first (max_pool2d
+    picks per shape) gives torch's maxima exactly, NaN and infinities included, for strides,
+    dilations, padding and ceil mode, in float32 and int32."""
+    rng = np.random.default_rng(2104)
+    for i in range(CASES):
+        n, c = int(rng.integers(1, 3)), int(rng.integers(1, 5))
+        k = (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+        s = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        d = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        p = (int(rng.integers(0, k[0] // 2 + 1)), int(rng.integers(0, k[1] // 2 + 1)))
+        ceil = bool(rng.random() < 0.4)
+        h = int(rng.integers(d[0] * (k[0] - 1) + 1, d[0] * (k[0] - 1) + 14))
+        w = int(rng.integers(d[1] * (k[1] - 1) + 1, d[1] * (k[1] - 1) + 30))
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        if i % 3 == 0:
+            x.reshape(-1)[rng.integers(0, x.size, 3)] = rng.choice([np.inf, -np.inf, np.nan], 3)
+        if i % 4 == 1:
+            x = rng.integers(-1000, 1000, (n, c, h, w)).astype(np.int32)
+        case = (x.dtype, n, c, h, w, k, s, p, d, ceil)
+        want = F.max_pool2d(torch.from_numpy(x.astype(np.float64)), k, s, p, d, ceil).numpy().astype(x.dtype)
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        got = nf._window_reduce(x, k, s, p, d, ceil, np.maximum, low, rows_first=rows_first)
+        assert got.dtype == x.dtype, case
+        np.testing.assert_array_equal(got, want, err_msg=f"case {i} {case}")
+
+
 def test_random_long_row_averages_match_torch(mode):
     """AvgPool1d over long windows (the running-sum path) with infinities and huge values."""
     rng = np.random.default_rng(2103)
