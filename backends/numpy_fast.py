@@ -146,6 +146,15 @@ WINOGRAD_BLOCKS_BATCH_MIN_RATIO = 0.25
 WINOGRAD_BLOCK_BYTES = 2 << 20
 #: batched images with fewer output pixels than this share one GEMM (small GEMMs are inefficient)
 GEMM_MIN_COLUMNS = 1024
+#: an im2col GEMM whose patches are in the weight's own (c, i, j) order (one block: stride 1)
+#: multiplies the weight itself, a view, from this many multiply-adds per output (C*kh*kw) on,
+#: and adds the bias to each block of results with the activation; below it (and for strided
+#: convolutions, whose taps are regrouped by phase) a packed (O, K + 1) copy carries the bias as
+#: a column met by a row of ones. The copy was the first call's largest cost: ResNet-18 at batch
+#: 1 packed 3 x 9.4 MB for its 7x7 layers, 76 of that call's 232 ms (its steady pass: 53), and
+#: kept them beside the weights; the bias pass instead costs ~0.1 ns an output in cache against
+#: K * ~0.02 ns of GEMM
+GEMM_WEIGHT_VIEW_MIN_K = 1024
 #: transposed convolutions of at least two images of at least this many input pixels each give
 #: each thread whole images (``ConvTranspose2dPlan``; measured winning from 8x8 inputs)
 CONVT_IMAGES_MIN_PIXELS = 64
@@ -1946,6 +1955,9 @@ class Conv2dPlan:
             self.blocks = _gemm_blocks(self.kh, self.kw, self.stride, self.dilation, self.cg)
             self._weight = w
             self.wmat = None
+            # (False: the GEMM multiplies the weight as it is and the bias is added after it)
+            self.bias_column = not (len(self.blocks) == 1 and self.blocks[0].phase is None
+                                    and k >= GEMM_WEIGHT_VIEW_MIN_K)
             if algo == "winograd":
                 if (self.kh, self.kw) != (3, 3) or self.stride != (1, 1) or self.groups != 1 or not (
                         self.dilation == (1, 1) or _same_dilated(self.dilation, self.pads)):
@@ -1961,7 +1973,11 @@ class Conv2dPlan:
 
     def _pack_gemm(self) -> np.ndarray:
         """(G, O/G, K + 1) GEMM weights: the last column is the bias, met by a row of ones in the
-        patches; taps in each block's order."""
+        patches; taps in each block's order. Without ``bias_column``: (G, O/G, K), the weight
+        itself (a view of a C-contiguous one)."""
+        if self.wmat is None and not self.bias_column:
+            wm = self._weight.reshape(self.groups, self.o // self.groups, self.cg * self.kh * self.kw)
+            self.wmat = wm if wm.flags.c_contiguous else np.ascontiguousarray(wm)
         if self.wmat is None:
             og, k = self.o // self.groups, self.cg * self.kh * self.kw
             wm = np.empty((self.groups, og, k + 1), dtype=self.dtype)
@@ -2060,6 +2076,12 @@ class Conv2dPlan:
         if n > 1:
             np.copyto(y.reshape(n, g, og, ln), res.reshape(g, og, n, ln).transpose(2, 0, 1, 3))
         return y if activation is None else activation_inplace(y, activation)
+
+    def _late_bias(self, res: np.ndarray) -> None:
+        """The bias added to ``res`` (G, O/G, columns), a block of GEMM results, where the GEMM
+        did not carry it (``bias_column`` False)."""
+        if not self.bias_column and self.bias is not None:
+            res += self.bias.reshape(res.shape[0], res.shape[1], 1)
 
     def _add_bias(self, y: np.ndarray) -> None:
         if self.bias is None:
@@ -2446,11 +2468,13 @@ class Conv2dPlan:
             nb = max(nb, min(n, -(-weight_bytes // max(1, per_image))))
             for i0 in range(0, n, nb):
                 b = min(nb, n - i0)
-                cols = _operand_workspace((g, k + 1, b * ln), self.dtype)
-                cols[:, k] = 1
+                cols = _operand_workspace((g, k + self.bias_column, b * ln), self.dtype)
+                if self.bias_column:
+                    cols[:, k] = 1
                 fill(cols, i0, b, 0, ho)
                 res = _workspace((g, og, b * ln), self.dtype, slot=11)
                 _gemm(wmat, cols, res)
+                self._late_bias(res)
                 _copy_channels(y[i0:i0 + b].reshape(b, g, og, ln),
                                res.reshape(g, og, b, ln).transpose(2, 0, 1, 3), axis=2)
             return y if activation is None else activation_inplace(y, activation)
@@ -2463,8 +2487,9 @@ class Conv2dPlan:
         rows = max(1, min(ho, GEMM_BLOCK_BYTES // max(1, row_bytes)))
         for r0 in range(0, ho, rows):
             nr = min(ho, r0 + rows) - r0
-            cols = _operand_workspace((g, k + 1, nr * wo), self.dtype)
-            cols[:, k] = 1
+            cols = _operand_workspace((g, k + self.bias_column, nr * wo), self.dtype)
+            if self.bias_column:
+                cols[:, k] = 1
             for i in range(n):
                 fill(cols, i, 1, r0, nr)
                 out = y[i].reshape(g, og, ho * wo)[:, :, r0 * wo: (r0 + nr) * wo]
@@ -2472,6 +2497,7 @@ class Conv2dPlan:
                     _gemm(wmat[0], cols[0], out[0])
                 else:
                     _gemm(wmat, cols, out)
+                self._late_bias(out)
         return y if activation is None else activation_inplace(y, activation)
 
     def _run_gemm_images(self, y, fill, ln, nb, activation):
@@ -2490,21 +2516,24 @@ class Conv2dPlan:
             for t in range(lo, hi):
                 i0 = t * nb
                 b = min(nb, n - i0)
-                cols = _operand_workspace((g, k + 1, b * ln), self.dtype, slot=16)
-                cols[:, k] = 1
+                cols = _operand_workspace((g, k + self.bias_column, b * ln), self.dtype, slot=16)
+                if self.bias_column:
+                    cols[:, k] = 1
                 res = self._patch_product(wm, fill, cols, i0, b, 0, y.shape[2], activation)
                 np.copyto(y[i0:i0 + b].reshape(b, g, og, ln), res.reshape(g, og, b, ln).transpose(2, 0, 1, 3))
         _parallel(part, nblk, 1 << 62)
         return y
 
     def _patch_product(self, wm, fill, cols, i0: int, b: int, r0: int, nr: int, activation):
-        """On the calling thread: ``cols`` (its last row already ones) filled with the patches of
-        images [i0, i0+b), output rows [r0, r0+nr), times the packed weights ``wm`` into a
-        per-thread (groups, outputs per group, columns) result, ``activation`` applied in place."""
+        """On the calling thread: ``cols`` (its last row already ones with ``bias_column``)
+        filled with the patches of images [i0, i0+b), output rows [r0, r0+nr), times the GEMM
+        weights ``wm`` into a per-thread (groups, outputs per group, columns) result, the bias
+        (without ``bias_column``) and ``activation`` applied in place."""
         g = self.groups
         fill(cols, i0, b, r0, nr, inline=True)
         res = _workspace((g, self.o // g, cols.shape[2]), self.dtype, slot=17)
         _mm(wm[0], cols[0], res[0]) if g == 1 else np.matmul(wm, cols, out=res)
+        self._late_bias(res)
         return res if activation is None else activation_inplace(res, activation)  # (contiguous: in place)
 
     def _run_gemm_rows(self, x, y, fill, ho, wo, rows, activation):
@@ -2523,8 +2552,9 @@ class Conv2dPlan:
         nblk = -(-ho // rows)
 
         def part(lo, hi):
-            cols = _operand_workspace((g, k + 1, rows * wo), self.dtype, slot=16)
-            cols[:, k] = 1
+            cols = _operand_workspace((g, k + self.bias_column, rows * wo), self.dtype, slot=16)
+            if self.bias_column:
+                cols[:, k] = 1
             for t in range(lo, hi):
                 i, r0 = divmod(t, nblk)
                 r0 *= rows

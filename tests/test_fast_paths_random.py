@@ -60,9 +60,14 @@ def _conv_case(rng):
     return n, c, o, k, s, d, groups, pads, h, w
 
 
-def test_random_convolutions_match_torch(mode):
+@pytest.mark.parametrize("weight_view", [False, True], ids=["packed", "weight_view"])
+def test_random_convolutions_match_torch(mode, weight_view, monkeypatch):
     """Every algorithm (Winograd forced on the cases it takes), with an inf or NaN pixel in some
-    inputs: torch's non-finite outputs exactly, the others within 1e-5 of the sums' size."""
+    inputs: torch's non-finite outputs exactly, the others within 1e-5 of the sums' size.
+    ``weight_view``: every stride-1 im2col GEMM multiplies the weight itself and adds the bias
+    after it (GEMM_WEIGHT_VIEW_MIN_K 0; by default only from 1024 multiply-adds per output)."""
+    if weight_view:
+        monkeypatch.setattr(nf, "GEMM_WEIGHT_VIEW_MIN_K", 0)
     rng = np.random.default_rng(2101)
     for i in range(CASES * 2):
         n, c, o, k, s, d, groups, (pt, pb, pl, pr), h, w = case = _conv_case(rng)
@@ -94,6 +99,29 @@ def test_random_convolutions_match_torch(mode):
             scale = np.maximum(scale, scale.max())
         err = float((np.abs(got[fin] - want[fin]) / (scale[fin] + 1)).max()) if fin.any() else 0.0
         assert err < 1e-5, f"{what}: error {err:.2g}"
+
+
+@pytest.mark.parametrize("n, c, o, k, hw, groups", [
+    (1, 128, 96, 3, 7, 1),     # a small map: the GEMM on one image
+    (3, 128, 64, 3, 6, 1),     # small images side by side
+    (1, 48, 40, 5, 20, 1),     # 5x5: the row pipeline
+    (2, 256, 64, 3, 5, 2),     # grouped
+])
+def test_convolution_gemm_on_the_weight_itself(mode, n, c, o, k, hw, groups):
+    """From GEMM_WEIGHT_VIEW_MIN_K multiply-adds per output a stride-1 im2col GEMM reads the
+    weight itself (no packed copy) and adds the bias after it, then the fused activation: the
+    result is torch's."""
+    rng = np.random.default_rng(2105)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    wt = (rng.standard_normal((o, c // groups, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    wt.flags.writeable = False  # (as a graph's weights are)
+    b = rng.standard_normal(o).astype(np.float32)
+    plan = nf.Conv2dPlan(wt, b, (1, 1), (1, 1), groups, ((k // 2,) * 2,) * 2, algo="gemm")
+    assert c // groups * k * k >= nf.GEMM_WEIGHT_VIEW_MIN_K and not plan.bias_column
+    got = np.asarray(plan(x, "relu"))
+    assert np.shares_memory(plan.wmat, wt)
+    want = F.relu(F.conv2d(_t(x), _t(wt.copy()), _t(b), 1, k // 2, 1, groups)).numpy()
+    assert_close(got, want, rtol=1e-5, atol=1e-5, what=f"{(n, c, o, k, hw, groups)}")
 
 
 def test_random_pools_match_torch(mode):
