@@ -151,8 +151,9 @@ GEMM_MIN_COLUMNS = 1024
 #: and adds the bias to each block of results with the activation; below it (and for strided
 #: convolutions, whose taps are regrouped by phase) a packed (O, K + 1) copy carries the bias as
 #: a column met by a row of ones. The copy was the first call's largest cost: ResNet-18 at batch
-#: 1 packed 3 x 9.4 MB for its 7x7 layers, 76 of that call's 232 ms (its steady pass: 53), and
-#: kept them beside the weights; the bias pass instead costs ~0.1 ns an output in cache against
+#: 1 packed 3 x 9.4 MB for its 7x7 layers, 76 of that call's 232 ms in a slow hour (its steady
+#: pass: 53; the call 0.10 -> 0.08 s in a quiet one), and kept them beside the weights (peak RSS
+#: 174 -> 147 MiB); the bias pass instead costs ~0.1 ns an output in cache against
 #: K * ~0.02 ns of GEMM
 GEMM_WEIGHT_VIEW_MIN_K = 1024
 #: transposed convolutions of at least two images of at least this many input pixels each give
