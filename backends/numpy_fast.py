@@ -2078,6 +2078,15 @@ class Conv2dPlan:
             np.copyto(y.reshape(n, g, og, ln), res.reshape(g, og, n, ln).transpose(2, 0, 1, 3))
         return y if activation is None else activation_inplace(y, activation)
 
+    def _patches(self, columns: int, slot: int = 0) -> np.ndarray:
+        """The (G, K, columns) im2col workspace, with ``bias_column`` (G, K + 1, columns) and
+        its last row ones."""
+        k = self.cg * self.kh * self.kw
+        cols = _operand_workspace((self.groups, k + self.bias_column, columns), self.dtype, slot=slot)
+        if self.bias_column:
+            cols[:, k] = 1
+        return cols
+
     def _late_bias(self, res: np.ndarray) -> None:
         """The bias added to ``res`` (G, O/G, columns), a block of GEMM results, where the GEMM
         did not carry it (``bias_column`` False)."""
@@ -2469,9 +2478,7 @@ class Conv2dPlan:
             nb = max(nb, min(n, -(-weight_bytes // max(1, per_image))))
             for i0 in range(0, n, nb):
                 b = min(nb, n - i0)
-                cols = _operand_workspace((g, k + self.bias_column, b * ln), self.dtype)
-                if self.bias_column:
-                    cols[:, k] = 1
+                cols = self._patches(b * ln)
                 fill(cols, i0, b, 0, ho)
                 res = _workspace((g, og, b * ln), self.dtype, slot=11)
                 _gemm(wmat, cols, res)
@@ -2488,9 +2495,7 @@ class Conv2dPlan:
         rows = max(1, min(ho, GEMM_BLOCK_BYTES // max(1, row_bytes)))
         for r0 in range(0, ho, rows):
             nr = min(ho, r0 + rows) - r0
-            cols = _operand_workspace((g, k + self.bias_column, nr * wo), self.dtype)
-            if self.bias_column:
-                cols[:, k] = 1
+            cols = self._patches(nr * wo)
             for i in range(n):
                 fill(cols, i, 1, r0, nr)
                 out = y[i].reshape(g, og, ho * wo)[:, :, r0 * wo: (r0 + nr) * wo]
@@ -2508,7 +2513,7 @@ class Conv2dPlan:
         shared steps made three per block: 34 hand-offs for 32 images of 28x28, 32 -> 48
         channels, 9.2 ms on two threads against 9.7 on one, on a VM where each costs ~90 us)."""
         n = y.shape[0]
-        g, k = self.groups, self.cg * self.kh * self.kw
+        g = self.groups
         og = self.o // g
         wm = self._pack_gemm()
         nblk = -(-n // nb)
@@ -2517,9 +2522,7 @@ class Conv2dPlan:
             for t in range(lo, hi):
                 i0 = t * nb
                 b = min(nb, n - i0)
-                cols = _operand_workspace((g, k + self.bias_column, b * ln), self.dtype, slot=16)
-                if self.bias_column:
-                    cols[:, k] = 1
+                cols = self._patches(b * ln, slot=16)
                 res = self._patch_product(wm, fill, cols, i0, b, 0, y.shape[2], activation)
                 np.copyto(y[i0:i0 + b].reshape(b, g, og, ln), res.reshape(g, og, b, ln).transpose(2, 0, 1, 3))
         _parallel(part, nblk, 1 << 62)
@@ -2547,15 +2550,13 @@ class Conv2dPlan:
         (15 MiB) left the cache between the copy and the GEMM. Used when there are at least two
         blocks per thread (a 7x7 map is one block: one thread would do all of its GEMM)."""
         n = x.shape[0]
-        g, k = self.groups, self.cg * self.kh * self.kw
+        g = self.groups
         og = self.o // g
         wm = self._pack_gemm()
         nblk = -(-ho // rows)
 
         def part(lo, hi):
-            cols = _operand_workspace((g, k + self.bias_column, rows * wo), self.dtype, slot=16)
-            if self.bias_column:
-                cols[:, k] = 1
+            cols = self._patches(rows * wo, slot=16)
             for t in range(lo, hi):
                 i, r0 = divmod(t, nblk)
                 r0 *= rows
@@ -3624,17 +3625,16 @@ def _avg_rows_running(x: np.ndarray, k: int, div) -> np.ndarray:
 def _window_reduce(x, kernel, stride, padding, dilation, ceil_mode, combine, init, finish=None,
                    rows_first=False):
     """The separable window reduction of :func:`max_pool2d` and :func:`avg_pool2d`: ``combine``
-    (np.maximum, np.add) over the ``kw`` strided column views of each row, then over the ``kh``
-    row views of that, in cache-sized blocks of planes split over the threads, without a padded
-    copy; ``finish(block)`` then runs on each output block in place.
+    (np.maximum, np.add) over the ``kw`` strided column views of each row and over the ``kh``
+    row views, one after the other, in cache-sized blocks of planes split over the threads,
+    without a padded copy; ``finish(block)`` then runs on each output block in place.
 
-    ``rows_first`` True takes the ``kh`` row views first and the column views second; None
-    (for an order-free ``combine``: the maximum) does so when that does less of the work
-    through strided columns: a row view is whole rows,
-    unit-stride runs numpy's SIMD loops take, while a column view with a stride of 2 is not
-    (ResNet's 3x3 stride-2 pool over 64x112x112: the row pass over 56x112 and the column pass
-    over 56x56, against the column pass over 112x56 first). The sums of the average keep the
-    order they have (it moves their rounding)."""
+    The columns go first, unless ``rows_first`` is True; None (for an order-free ``combine``:
+    the maximum) takes the rows first when that does less of the work through strided columns.
+    A row view is whole rows, unit-stride runs that numpy's SIMD loops take, while a column view
+    with a stride of 2 is not (ResNet's 3x3 stride-2 pool over 64x112x112: the row pass over
+    56x112 and then the column pass over 56x56, against the column pass over 112x56 first). The
+    sums of the average keep their order (another would move their rounding)."""
     n, c, h, w = x.shape
     ho = _pool_out(h, kernel[0], stride[0], padding[0], dilation[0], ceil_mode)
     wo = _pool_out(w, kernel[1], stride[1], padding[1], dilation[1], ceil_mode)
@@ -3686,17 +3686,19 @@ def _window_reduce(x, kernel, stride, padding, dilation, ceil_mode, combine, ini
     order_c = sorted(range(kw), key=lambda j: not (cols[j] == (0, wo)))
     order_r = sorted(range(kh), key=lambda i: not (rows[i] == (0, ho)))
 
+    # (ranges, step, offsets, axis, full) of the column and the row pass, in the order they run
+    passes = [([cols[j] for j in order_c], sw, [offs_c[j] for j in order_c], 2, full_c),
+              ([rows[i] for i in order_r], sh, [offs_r[i] for i in order_r], 1, full_r)]
+    if rows_first:
+        passes.reverse()
+
     def part(lo, hi):
-        # separable: the reduction over the kw taps of every row, then over kh of those rows
+        # separable: the first pass into a workspace of ``mid`` planes, the second from it
         for b0 in range(lo, hi, block):
             b1 = min(hi, b0 + block)
             tmp = _workspace((b1 - b0,) + mid, x.dtype, slot=16)
-            if rows_first:
-                sweep(tmp, planes[b0:b1], [rows[i] for i in order_r], sh, [offs_r[i] for i in order_r], 1, full_r)
-                sweep(yf[b0:b1], tmp, [cols[j] for j in order_c], sw, [offs_c[j] for j in order_c], 2, full_c)
-            else:
-                sweep(tmp, planes[b0:b1], [cols[j] for j in order_c], sw, [offs_c[j] for j in order_c], 2, full_c)
-                sweep(yf[b0:b1], tmp, [rows[i] for i in order_r], sh, [offs_r[i] for i in order_r], 1, full_r)
+            sweep(tmp, planes[b0:b1], *passes[0])
+            sweep(yf[b0:b1], tmp, *passes[1])
             if finish is not None:
                 finish(yf[b0:b1])
     _parallel(part, n * c, y.size * (kh + kw))
