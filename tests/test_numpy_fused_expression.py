@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_close
-from helpers import make_layer, special_inputs
+from helpers import in_fast_scope, make_layer, special_inputs
 from kuiper_xp.backends import get_backend
 from kuiper_xp.backends import numpy_fast as nf
 
@@ -141,3 +141,85 @@ def test_declared_small_outputs_skip_the_fused_path(shape, fused):
     layer = make_layer(get_backend("numpy"), "pnnx.Expression", "expr=mul(add(@0,1.5),2.0)",
                        annotations=f"#i0={shape}f32 #o0={shape}f32")
     assert (layer._fused is not None) == fused, shape
+
+
+# -- a residual add (sub, mul) taking over the activation after it --------------------------------
+_ACTS = {
+    "relu": torch.relu,
+    "relu6": torch.nn.functional.relu6,
+    "sigmoid": torch.sigmoid,
+    "gelu": torch.nn.functional.gelu,
+    "leaky": lambda t: torch.nn.functional.leaky_relu(t, 0.1),
+    "softmax": lambda t: torch.softmax(t, dim=1),  # (not elementwise: called on the whole sum)
+}
+
+
+class _OpAct(torch.nn.Module):
+    def __init__(self, op, act):
+        super().__init__()
+        self.op, self.act = op, act
+
+    def forward(self, a, b):
+        y = a + b if self.op == "add" else a - b if self.op == "sub" else a * b
+        return _ACTS[self.act](y)
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
+@pytest.mark.parametrize("act", sorted(_ACTS))
+@pytest.mark.parametrize("second", [(3, 37, 41, 29), (1, 37, 1, 1)], ids=["same-shape", "broadcast"])
+@pytest.mark.parametrize("chunk", [None, 1000], ids=["default-chunk", "small-chunks"])
+def test_binary_expression_takes_the_activation_after_it(tmp_path, monkeypatch, op, act, second, chunk):
+    """``act(a op b)`` exported by pnnx: the activation's step is folded into the expression (one
+    step), and the result is the unfused graph's bit for bit and torch's: each chunk of the sum
+    activated while in cache on the fast path (several chunks per thread with ``chunk``), the
+    whole sum on the evaluator's path (a broadcast operand). NaN, infinities and signed zeros
+    among the values."""
+    from helpers import export_torch
+
+    import kuiper_xp
+
+    if chunk is not None:
+        monkeypatch.setattr(nf, "BINARY_ACTIVATION_CHUNK", chunk)
+    a, b = special_inputs(2, [(3, 37, 41, 29), second], np.float32, seed=3)
+    m = _OpAct(op, act).eval()
+    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    param = export_torch(m, (ta, tb), tmp_path)
+    fused = kuiper_xp.load(param, backend="numpy")
+    plain = kuiper_xp.load(param, backend="numpy", fuse=False)
+    assert len(fused.execution_order) == 1 and len(plain.execution_order) == 2, fused.fused
+    with torch.no_grad():
+        want = m(ta, tb).numpy()
+    got = in_fast_scope(nf, lambda: np.array(fused(a, b)[0]))
+    ref = in_fast_scope(nf, lambda: np.array(plain(a, b)[0]))
+    np.testing.assert_array_equal(got, ref)
+    assert_close(got, want, rtol=1e-5, what=f"{act}({op})")
+
+
+def test_binary_expression_activation_of_integers_as_torch(tmp_path):
+    """The sum of int64 tensors is not on the fast path: ReLU keeps the integers, sigmoid makes
+    float32, as torch does."""
+    from helpers import export_torch
+
+    import kuiper_xp
+
+    a = np.arange(-12, 12, dtype=np.int64).reshape(4, 6)
+    b = np.arange(24, dtype=np.int64).reshape(4, 6)[::-1].copy() - 9
+    for act in ("relu", "sigmoid"):
+        m = _OpAct("add", act).eval()
+        g = kuiper_xp.load(export_torch(m, (torch.from_numpy(a), torch.from_numpy(b)), tmp_path / act),
+                           backend="numpy")
+        assert len(g.execution_order) == 1, g.fused
+        with torch.no_grad():
+            want = m(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+        got = np.asarray(g(a, b)[0])
+        assert got.dtype == want.dtype, act
+        assert_close(got, want, rtol=1e-6, what=act)
+
+
+def test_only_a_binary_op_of_two_inputs_takes_an_activation():
+    backend = get_backend("numpy")
+    layer = make_layer(backend, "pnnx.Expression", "expr=add(@0,@1)", n_in=2)
+    layer.set_fused_activation("relu")
+    for expr, n in (("add(@0,2.0)", 1), ("add(@0,mul(@1,2.0))", 2), ("size(@0,1)", 1)):
+        with pytest.raises(ValueError):
+            make_layer(backend, "pnnx.Expression", f"expr={expr}", n_in=n).set_fused_activation("relu")

@@ -10,7 +10,7 @@ from typing import Any
 from kuiper_xp.errors import ExpressionError, LayerParameterError
 from kuiper_xp.expression import Program
 
-from .base import BuildContext, Layer
+from .base import BuildContext, FusesActivation, Layer
 from .registry import register
 
 
@@ -92,17 +92,23 @@ def integer_floor_division(op: Any, text: str) -> str:
 
 
 @register("pnnx.Expression")
-class Expression(Layer):
+class Expression(FusesActivation, Layer):
     """Evaluates ``expr`` (e.g. ``add(@0,mul(@1,2))``) on the op's inputs with torch's semantics.
 
     The result is an array, a Python number (pure shape arithmetic such as ``mul(size(@0,0),3)``)
     or a Python list (``[size(@0,0),-1,size(@0,2)]``, the ``shape`` input of a Tensor.reshape).
     A Python number whose output operand carries a ``#`` shape annotation is returned as a 0-d
     array of the annotated dtype, so that the runtime's shape check holds.
+
+    A binary ``add``/``sub``/``mul`` of two inputs that goes to the backend's fast path takes
+    over the activation following it (a residual block's add and ReLU): the fast path applies
+    it to each chunk of the sum while in cache; where that path declines (broadcast operands,
+    other dtypes), it runs on the evaluator's result.
     """
 
     def __init__(self, ctx: BuildContext, program: Program, scalar_dtype: Any = None, out_shape: Any = None):
         super().__init__(ctx)
+        self._binary: tuple | None = None
         self.program = program
         self.expr = program.text
         self._fn = program._fn
@@ -120,7 +126,6 @@ class Expression(Layer):
             return
         # a binary op of two inputs (residual add) goes to the backend's fast path when it has one
         root, fast = program.tree, getattr(ctx.fast, "binary", None)
-        self._binary = None
         if (fast is not None and root.kind == "call" and root.value in ("add", "sub", "mul")
                 and len(root.args) == 2 and all(a.kind == "input" for a in root.args)):
             self._binary = (fast, root.value, root.args[0].value, root.args[1].value)
@@ -156,10 +161,30 @@ class Expression(Layer):
     def forward(self, *inputs: Any) -> Any:
         return self._fn(inputs)
 
+    def set_fused_activation(self, spec: Any) -> None:
+        """Take over the activation after this expression (the runtime's hook): only a binary
+        op on the backend's fast path does; anything else is a ValueError (not fused)."""
+        if self._binary is None:
+            raise ValueError(f"{self.expr!r} is not a binary op of two inputs on a fast path")
+        super().set_fused_activation(spec)
+        if self.fused_activation is not None:
+            self.forward = self._forward_binary_activated  # type: ignore[method-assign]
+
     def _forward_binary(self, *inputs: Any) -> Any:
         fast, name, i, j = self._binary  # type: ignore[misc]
         out = fast(name, inputs[i], inputs[j])
         return self._evaluate(inputs) if out is None else out
+
+    def _forward_binary_activated(self, *inputs: Any) -> Any:
+        fast, name, i, j = self._binary  # type: ignore[misc]
+        act = self.fused_activation
+        out = fast(name, inputs[i], inputs[j], None if callable(act) else act)
+        if out is None:
+            y = self._evaluate(inputs)
+            if isinstance(act, str) and act != "relu" and not self.xp.isdtype(y.dtype, "real floating"):
+                y = self.xp.astype(y, self.xp.float32)  # (torch's sigmoid, GELU, ... of integers)
+            return self._activate(y)
+        return act(out) if callable(act) else out
 
     def _forward_fused(self, *inputs: Any) -> Any:
         try:
