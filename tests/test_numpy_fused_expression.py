@@ -223,3 +223,27 @@ def test_only_a_binary_op_of_two_inputs_takes_an_activation():
     for expr, n in (("add(@0,2.0)", 1), ("add(@0,mul(@1,2.0))", 2), ("size(@0,1)", 1)):
         with pytest.raises(ValueError):
             make_layer(backend, "pnnx.Expression", f"expr={expr}", n_in=n).set_fused_activation("relu")
+
+
+def test_activated_sum_written_into_a_concatenation_and_returned(tmp_path):
+    """A fused add + ReLU whose result is a piece of a concatenation (written into its slot, the
+    YOLO C3 layout) and a fused sub + SiLU returned as a graph output: torch's values, from the
+    first call and again from the second (the slots are laid out then)."""
+    from helpers import export_torch
+
+    import kuiper_xp
+
+    class M(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.cat([torch.relu(a + b), a * 2.0], 1), torch.nn.functional.silu(a - b)
+
+    a, b = special_inputs(2, [(2, 8, 33, 31)], np.float32, seed=5)
+    m = M().eval()
+    g = kuiper_xp.load(export_torch(m, (torch.from_numpy(a), torch.from_numpy(b)), tmp_path), backend="numpy")
+    assert sum(1 for p, _ in g.fused if p.startswith("pnnx_expr")) == 2, g.fused
+    with torch.no_grad():
+        want = [t.numpy() for t in m(torch.from_numpy(a), torch.from_numpy(b))]
+    for _ in range(2):
+        got = in_fast_scope(nf, lambda: [np.array(v) for v in g(a, b)])
+        for k in range(2):
+            assert_close(got[k], want[k], rtol=1e-5, what=f"output {k}")
