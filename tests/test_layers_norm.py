@@ -334,3 +334,80 @@ def test_numpy_fast_group_norm_silu_from_the_negated_affine(dtype, shape, groups
         assert np.array_equal(np.isnan(got), np.isnan(want))
         ok = ~np.isnan(want)
         np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+
+
+class PreNormBlocks(nn.Module):
+    """LayerNorms the runtime folds into the linear layers reading them (ln1: self-attention;
+    ln2: an MLP; ln3: three linears, one without a bias; ln7: attention without biases), and
+    those it leaves (ln4: also read by the residual; ln5: no affine; ln6: an output)."""
+
+    def __init__(self, d=24):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(d), nn.MultiheadAttention(d, 4, batch_first=True)
+        self.ln2, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.ln3 = nn.LayerNorm(d)  # (bias=False: pnnx drops the weight too, see the README)
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d, bias=False), nn.Linear(d, d)
+        self.ln4, self.mix = nn.LayerNorm(d), nn.Linear(d, d)
+        self.ln5, self.fc5 = nn.LayerNorm(d, elementwise_affine=False), nn.Linear(d, d)
+        self.ln7, self.attn_nb = nn.LayerNorm(d), nn.MultiheadAttention(d, 4, batch_first=True, bias=False)
+        self.ln6 = nn.LayerNorm(d)
+        with torch.no_grad():  # (the default 1 and 0 would make folding them a no-op)
+            for m in self.modules():
+                if isinstance(m, nn.LayerNorm) and m.weight is not None:
+                    m.weight.copy_(torch.randn_like(m.weight) * 0.5 + 1)
+                    if m.bias is not None:
+                        m.bias.copy_(torch.randn_like(m.bias))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        h = self.ln3(x)
+        x = x + self.q(h) * torch.sigmoid(self.k(h)) + self.v(h)
+        h = self.ln4(x)
+        x = h + self.mix(h)
+        x = x + self.fc5(self.ln5(x))
+        h = self.ln7(x)
+        x = x + self.attn_nb(h, h, h, need_weights=False)[0]
+        return self.ln6(x), x
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_layer_norm_affine_folded_into_its_linear_readers(tmp_path, model_backend, dtype):
+    """A LayerNorm read only by linear layers (or a self-attention's input projection) has its
+    weight and bias folded into their weights and biases at build: it then only normalises.
+    Torch's results on every backend, in float32 and float64; the folds listed in
+    ``g.folded_norms``, none where the norm's own output is needed; ``fuse=False`` folds none."""
+    torch.manual_seed(0)
+    module = PreNormBlocks().to(dtype).eval()
+    inputs = (torch.randn(2, 7, 24, dtype=dtype) * 2 + 0.5,)
+    param = export_module(module, inputs, tmp_path)
+    compare_graph(param, model_backend, module, inputs, rtol=1e-5)
+    g = kuiper_xp.load(param, backend=model_backend)
+    folded = {n: set(readers) for n, readers in g.folded_norms}
+    assert set(folded) == {"ln1", "ln2", "ln3", "ln7"}, g.folded_norms
+    assert folded["ln3"] == {"q", "k", "v"} and folded["ln2"] == {"fc1"}, g.folded_norms
+    assert not kuiper_xp.load(param, backend=model_backend, fuse=False).folded_norms
+
+
+def test_layer_norm_weight_alone_folded(tmp_path):
+    """A LayerNorm with a weight and no bias (written by hand: pnnx drops both for
+    ``bias=False``) folded into a linear layer: torch's ``F.layer_norm(x, (8,), w, None)``
+    then ``F.linear``."""
+    from test_robustness_graph import write_model
+
+    w = rng.standard_normal(8).astype(np.float32) + 1
+    fw = rng.standard_normal((5, 8)).astype(np.float32)
+    fb = rng.standard_normal(5).astype(np.float32)
+    param = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0",
+        "nn.LayerNorm ln 1 1 0 1 elementwise_affine=True eps=1e-05 normalized_shape=(8) @weight=(8)f32",
+        "nn.Linear fc 1 1 1 2 bias=True in_features=8 out_features=5 @weight=(5,8)f32 @bias=(5)f32",
+        "pnnx.Output out 1 0 2",
+    ], weights={"ln.weight": w, "fc.weight": fw, "fc.bias": fb})
+    g = kuiper_xp.load(param, backend="numpy")
+    assert g.folded_norms == [("ln", ("fc",))]
+    x = rng.standard_normal((3, 4, 8)).astype(np.float32) * 3
+    want = F.linear(F.layer_norm(torch.from_numpy(x), (8,), torch.from_numpy(w), None, 1e-5),
+                    torch.from_numpy(fw), torch.from_numpy(fb)).numpy()
+    assert_close(np.asarray(g(x)[0]), want, rtol=1e-5)

@@ -152,6 +152,9 @@ class Graph:
         #: explicit attention chains run as one step: (q @ k^T, [scale/mask expression,] softmax,
         #: @ v) operator names, the last one being the step that stays
         self.fused_attention: list[tuple[str, ...]] = []
+        #: LayerNorms whose weight and bias were folded into the linear layers they feed:
+        #: (LayerNorm name, names of those layers)
+        self.folded_norms: list[tuple[str, tuple[str, ...]]] = []
         self.bin_path = None if bin_path is None else Path(bin_path)
         self.backend: Backend = get_backend(backend, device)
         self.xp = self.backend.xp
@@ -290,6 +293,7 @@ class Graph:
         if self.fuse:
             compute = self._fuse_activations(compute, outputs_of, output_operands)
             compute = self._fuse_attention(compute, inputs_of, outputs_of, output_operands)
+            self._fold_norm_affine(compute, output_operands)
             self._plan_layouts(compute, outputs_of, output_operands)
 
         # successors (seed 002): operators consuming any of this operator's outputs
@@ -418,6 +422,72 @@ class Graph:
             gone.add(id(c))
             self.fused.append((r.name, c.name))
         return [r for r in compute if id(r) not in gone]
+
+    def _fold_norm_affine(self, compute: list[RuntimeOperator], graph_outputs: list[Operand]) -> None:
+        """Fold a LayerNorm's weight and bias into the linear layers that are the only readers of
+        its output (a pre-norm transformer's attention and MLP inputs, ConvNeXt's first pointwise
+        layer): with y = n * w + b and z = y @ W^T + c, z = n @ (diag(w) W^T) + (b @ W^T + c), so
+        the norm stops after normalising and its two affine passes over the tokens go (the
+        products are as many). Each reader gets new arrays (a weight shared with another layer
+        is left as it is); only float32/float64 weights of one dtype, a norm over the last axis,
+        and readers taking the output as their data input: ``nn.Linear`` with built weights,
+        self-attention ``nn.MultiheadAttention`` with one packed input projection."""
+        from kuiper_xp.layers.attention import MultiheadAttention
+        from kuiper_xp.layers.linear import Linear
+        from kuiper_xp.layers.norm import LayerNorm
+
+        xp = self.xp
+        by_op = {id(r.op): r for r in compute}
+        for r in compute:
+            ln = r.layer
+            if type(ln) is not LayerNorm or len(ln.shape) != 1 or len(r.op.outputs) != 1:
+                continue
+            if ln.weight_pos is not None or ln.bias_pos is not None or (ln.weight is None and ln.bias is None):
+                continue
+            d = ln.shape[0]
+            dt = (ln.weight if ln.weight is not None else ln.bias).dtype
+            if dt not in (xp.float32, xp.float64) or any(a is not None and a.dtype != dt for a in (ln.weight, ln.bias)):
+                continue
+            out = r.op.outputs[0]
+            if out in graph_outputs or not out.consumers:
+                continue
+            readers = [by_op.get(id(c)) for c in out.consumers]
+            plan = []
+            for c in readers:
+                layer = None if c is None else c.layer
+                if type(layer) is Linear:
+                    if (layer.weight_t is None or set(layer.slots) != {"input"} or layer.weight_t.dtype != dt
+                            or layer.weight_t.shape[0] != d or (layer.bias is not None and layer.bias.dtype != dt)
+                            or any(o is not out for o in c.op.inputs)):
+                        break
+                    plan.append((c, "linear"))
+                elif type(layer) is MultiheadAttention:
+                    w = layer.w
+                    if ("qkv_t" not in w or w["qkv_t"].dtype != dt or w["qkv_t"].shape[0] != d
+                            or "bias_k" in w or any(o is not out for o in c.op.inputs)
+                            or (w.get("qkv_b") is not None and w["qkv_b"].dtype != dt)):
+                        break
+                    plan.append((c, "mha"))
+                else:
+                    break
+            else:
+                if len(plan) != len(out.consumers):
+                    continue
+                scale = None if ln.weight is None else xp.reshape(ln.weight, (d, 1))
+                for c, kind in plan:
+                    layer = c.layer
+                    if kind == "linear":
+                        layer.weight_t, layer.bias = _folded_affine(xp, layer.weight_t, layer.bias, scale, ln.bias)
+                    else:
+                        w = layer.w
+                        e = w["qkv_t"].shape[1] // 3
+                        w["qkv_t"], w["qkv_b"] = _folded_affine(xp, w["qkv_t"], w.get("qkv_b"), scale, ln.bias)
+                        qkv_t, qkv_b = w["qkv_t"], w["qkv_b"]
+                        w["q_t"], w["k_t"], w["v_t"] = qkv_t[:, :e], qkv_t[:, e:2 * e], qkv_t[:, 2 * e:]
+                        if qkv_b is not None:
+                            w["q_b"], w["k_b"], w["v_b"] = qkv_b[:e], qkv_b[e:2 * e], qkv_b[2 * e:]
+                ln.weight = ln.bias = None
+                self.folded_norms.append((r.name, tuple(c.name for c, _ in plan)))
 
     def _fuse_attention(self, compute: list[RuntimeOperator], inputs_of: dict[int, list[Operand]],
                         outputs_of: dict[int, list[Operand]],
@@ -936,6 +1006,17 @@ class Graph:
     def __repr__(self) -> str:
         return (f"<Graph {self.param_path.name} state={self.state.name} backend={self.backend.name} "
                 f"device={self.backend.device_str()} ops={len(self.operators)}>")
+
+
+def _folded_affine(xp: Any, wt: Any, bias: Any, scale: Any, shift: Any) -> tuple[Any, Any]:
+    """A linear layer's ``(W^T, bias)`` (bias maybe None) with ``y * scale + shift`` folded into
+    its input: ``(scale * W^T, shift @ W^T + bias)``; ``scale`` a (d, 1) column or None, ``shift``
+    (d,) or None. New arrays: the layer's own may be shared with another layer."""
+    w2 = wt if scale is None else wt * scale
+    if shift is None:
+        return w2, bias
+    add = xp.matmul(shift, wt)  # (with the weight as it was)
+    return w2, add if bias is None else bias + add
 
 
 def _describe(a: Any) -> str:
