@@ -195,19 +195,22 @@ def test_binary_expression_takes_the_activation_after_it(tmp_path, monkeypatch, 
     assert_close(got, want, rtol=1e-5, what=f"{act}({op})")
 
 
-def test_binary_expression_activation_of_integers_as_torch(tmp_path):
-    """The sum of int64 tensors is not on the fast path: ReLU keeps the integers, sigmoid makes
-    float32, as torch does."""
+@pytest.mark.parametrize("op", ["add", "sub"])
+def test_binary_expression_activation_of_integers_as_torch(tmp_path, op):
+    """The sum of int64 tensors is not on the fast path: the activation's own layer runs on it,
+    as unfused (ReLU and ReLU6 keep the integers, sigmoid makes float32, as torch does; ReLU6's
+    float bounds on an int64 sum raised a casting error once)."""
     from helpers import export_torch
 
     import kuiper_xp
 
     a = np.arange(-12, 12, dtype=np.int64).reshape(4, 6)
     b = np.arange(24, dtype=np.int64).reshape(4, 6)[::-1].copy() - 9
-    for act in ("relu", "sigmoid"):
-        m = _OpAct("add", act).eval()
+    for act in ("relu", "relu6", "sigmoid"):
+        m = _OpAct(op, act).eval()
         g = kuiper_xp.load(export_torch(m, (torch.from_numpy(a), torch.from_numpy(b)), tmp_path / act),
                            backend="numpy")
+        assert g.fused, act
         assert len(g.execution_order) == 1, g.fused
         with torch.no_grad():
             want = m(torch.from_numpy(a), torch.from_numpy(b)).numpy()

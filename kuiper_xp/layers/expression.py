@@ -109,6 +109,7 @@ class Expression(FusesActivation, Layer):
     def __init__(self, ctx: BuildContext, program: Program, scalar_dtype: Any = None, out_shape: Any = None):
         super().__init__(ctx)
         self._binary: tuple | None = None
+        self._activation_layer: Any = None
         self.program = program
         self.expr = program.text
         self._fn = program._fn
@@ -179,12 +180,16 @@ class Expression(FusesActivation, Layer):
         fast, name, i, j = self._binary  # type: ignore[misc]
         act = self.fused_activation
         out = fast(name, inputs[i], inputs[j], None if callable(act) else act)
-        if out is None:
+        if out is None:  # (integers, float16, broadcast operands: the activation's own layer, as unfused)
             y = self._evaluate(inputs)
-            if isinstance(act, str) and act != "relu" and not self.xp.isdtype(y.dtype, "real floating"):
-                y = self.xp.astype(y, self.xp.float32)  # (torch's sigmoid, GELU, ... of integers)
-            return self._activate(y)
+            return self._activation_layer(y) if self._activation_layer is not None else self._activate(y)
         return act(out) if callable(act) else out
+
+    def set_activation_layer(self, forward: Any) -> None:
+        """The fused activation's own ``forward`` (the runtime's hook, after
+        :meth:`set_fused_activation`): what runs where the fast path declines, so that results
+        of any dtype are the unfused graph's."""
+        self._activation_layer = forward
 
     def _forward_fused(self, *inputs: Any) -> Any:
         try:

@@ -418,6 +418,9 @@ class Graph:
                 setter(spec)
             except (TypeError, ValueError):
                 continue
+            keep = getattr(r.layer, "set_activation_layer", None)
+            if keep is not None:  # (a producer that may run the activation's own layer instead)
+                keep(c.layer.forward)
             outputs_of[id(r)] = list(c.op.outputs)
             gone.add(id(c))
             self.fused.append((r.name, c.name))
