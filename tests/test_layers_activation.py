@@ -336,7 +336,38 @@ def test_numpy_fast_softmax_rows_blocks_threads(monkeypatch, dtype, compiled):
         assert (got[4, 0, 5:9] == 0).all()
         np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-7)
     assert nf.softmax_last(np.ones((2, 3), np.int64)) is None
-    assert nf.softmax_last(np.swapaxes(x, 0, 1)) is None
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["numpy", "numba"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape,perm", [
+    ((4, 9, 9, 3), (0, 3, 1, 2)),        # talking heads: (B, N, N, H) permuted to (B, H, N, N)
+    ((1, 40, 33, 5), (0, 3, 2, 1)),      # one item: the copy split over the next axis
+    ((2, 3, 4), (2, 0, 1)),              # tiny: one block on this thread
+    ((6, 300), (1, 0)),                  # transposed rows
+])
+def test_numpy_fast_softmax_of_a_permuted_view(monkeypatch, dtype, compiled, shape, perm):
+    """A permuted (non-contiguous) array is copied into the output and soft-maxed there: torch's
+    values, NaN rows and exact zeros, over 3 threads and small blocks; the input is untouched."""
+    from kuiper_xp.backends import numpy_fast as nf
+
+    if compiled:
+        use_compiled(nf, monkeypatch)
+    monkeypatch.setattr(nf, "NORM_BLOCK_ELEMENTS", 64)
+    monkeypatch.setattr(nf, "PARALLEL_MIN_ELEMENTS", 0)
+    base = (np.random.default_rng(7).standard_normal(shape) * 10).astype(dtype)
+    flat = base.reshape(-1)
+    flat[3], flat[11:15], flat[-5:] = np.nan, -np.inf, 1e4
+    x = base.transpose(perm)
+    assert not x.flags.c_contiguous
+    keep = base.copy()
+    want = torch.softmax(torch.from_numpy(np.ascontiguousarray(x)), -1).numpy()
+    got = in_fast_scope(nf, lambda: nf.softmax_last(x))
+    assert got.shape == want.shape and got.dtype == dtype
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(got == 0, want == 0)
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-7)
+    np.testing.assert_array_equal(base, keep)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
