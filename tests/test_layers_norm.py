@@ -411,3 +411,34 @@ def test_layer_norm_weight_alone_folded(tmp_path):
     want = F.linear(F.layer_norm(torch.from_numpy(x), (8,), torch.from_numpy(w), None, 1e-5),
                     torch.from_numpy(fw), torch.from_numpy(fb)).numpy()
     assert_close(np.asarray(g(x)[0]), want, rtol=1e-5)
+
+
+def test_layer_norm_folded_once_into_attention_reading_it_three_times(tmp_path):
+    """A self-attention written with the norm's output as query, key and value (three inputs
+    naming one operand) gets the fold once: torch's ``attn(h, h, h)``."""
+    from test_robustness_graph import write_model
+
+    torch.manual_seed(3)
+    d = 8
+    ln, attn = nn.LayerNorm(d), nn.MultiheadAttention(d, 2, batch_first=True)
+    with torch.no_grad():
+        ln.weight.copy_(torch.randn(d) * 0.5 + 1)
+        ln.bias.copy_(torch.randn(d))
+    weights = {"ln.weight": t2n(ln.weight), "ln.bias": t2n(ln.bias),
+               "attn.in_proj_weight": t2n(attn.in_proj_weight), "attn.in_proj_bias": t2n(attn.in_proj_bias),
+               "attn.out_proj.weight": t2n(attn.out_proj.weight), "attn.out_proj.bias": t2n(attn.out_proj.bias)}
+    param = write_model(tmp_path, [
+        "pnnx.Input in 0 1 0",
+        f"nn.LayerNorm ln 1 1 0 1 elementwise_affine=True eps=1e-05 normalized_shape=({d}) @weight=({d})f32 @bias=({d})f32",
+        f"nn.MultiheadAttention attn 3 1 1 1 1 2 add_bias_kv=False add_zero_attn=False batch_first=True bias=True "
+        f"embed_dim={d} kdim={d} num_heads=2 vdim={d} @in_proj_weight=({3 * d},{d})f32 @in_proj_bias=({3 * d})f32 "
+        f"@out_proj.weight=({d},{d})f32 @out_proj.bias=({d})f32",
+        "pnnx.Output out 1 0 2",
+    ], weights=weights)
+    g = kuiper_xp.load(param, backend="numpy")
+    assert g.folded_norms == [("ln", ("attn",))]
+    x = torch.randn(2, 5, d) * 2
+    with torch.no_grad():
+        h = ln(x)
+        want = attn(h, h, h, need_weights=False)[0].numpy()
+    assert_close(np.asarray(g(x.numpy())[0]), want, rtol=1e-5)

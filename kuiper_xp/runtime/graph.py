@@ -454,7 +454,7 @@ class Graph:
             out = r.op.outputs[0]
             if out in graph_outputs or not out.consumers:
                 continue
-            readers = [by_op.get(id(c)) for c in out.consumers]
+            readers = [by_op.get(id(c)) for c in {id(c): c for c in out.consumers}.values()]  # (an op reading it twice: once)
             plan = []
             for c in readers:
                 layer = None if c is None else c.layer
@@ -474,8 +474,6 @@ class Graph:
                 else:
                     break
             else:
-                if len(plan) != len(out.consumers):
-                    continue
                 scale = None if ln.weight is None else xp.reshape(ln.weight, (d, 1))
                 for c, kind in plan:
                     layer = c.layer
