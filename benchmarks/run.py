@@ -225,8 +225,11 @@ INSENSITIVE_NOTE = ("torch's outputs did not change when every input was perturb
 def perturbed_inputs(inputs: tuple) -> tuple:
     """The inputs the sensitivity check runs: a float input plus half of itself rolled by one
     element along its last axis (not a permutation, which a set model such as DGCNN or PointNet
-    is built to ignore, nor an affine map, which an input normalisation cancels), an integer or
-    bool input (token ids, masks) rolled by one element (so ids stay in range)."""
+    is built to ignore, nor an affine map, which an input normalisation cancels); an integer
+    input (token ids) with every value moved to the next one seen, the largest to the smallest
+    (not a roll: a bag-of-tokens model, mean-pooled embeddings without positions, ignores the
+    order; the ids stay among those the input holds); a bool input (a mask) rolled by one
+    element."""
     import numpy as np
 
     out = []
@@ -235,6 +238,9 @@ def perturbed_inputs(inputs: tuple) -> tuple:
             out.append(x)
         elif x.dtype.kind == "f":
             out.append((x + 0.5 * np.roll(x, 1, axis=-1)).astype(x.dtype))
+        elif x.dtype.kind in "iu" and x.size:
+            seen = np.unique(x)
+            out.append(seen[(np.searchsorted(seen, x) + 1) % seen.size].astype(x.dtype))
         else:
             out.append(np.roll(x, 1, axis=-1))
     return tuple(out)

@@ -295,9 +295,18 @@ def test_a_reference_that_ignores_its_input_is_flagged(tmp_path):
     # PointNet): invariant under a roll, which a permutation is, but it does use its input
     pointset = Fake(lambda a: a.max(axis=-1))
     assert not insensitive_reference(pointset, (x,), pointset.outputs(pointset.run((x,))))
-    ids = np.arange(8, dtype=np.int64).reshape(1, 8)  # integer ids are rolled, and stay in range
+    ids = np.array([[3, 9, 3, 7, 120, 9, 0, 7]], np.int64)  # ids move to the next one seen, in range
     assert not insensitive_reference(Fake(lambda a: a * 0.5), (ids,), [ids * 0.5])
     assert insensitive_reference(Fake(lambda a: np.full(3, 0.25)), (ids,), [np.full(3, 0.25)])
+    # a bag of tokens (mean-pooled embeddings, no positions) ignores the order, not the ids: a
+    # roll of the ids flagged it
+    table = np.random.default_rng(1).standard_normal((121, 4)).astype(np.float32)
+    bag = Fake(lambda a: table[a].mean(axis=1))
+    assert not insensitive_reference(bag, (ids,), bag.outputs(bag.run((ids,))))
+    from run import perturbed_inputs
+    (moved,) = perturbed_inputs((ids,))
+    assert moved.dtype == ids.dtype and set(moved.ravel()) <= set(ids.ravel())
+    assert (moved != ids).all()
     flat = np.zeros((1, 3, 8), np.float32)  # (the perturbation changes nothing: no verdict)
     assert not insensitive_reference(const, (flat,), const.outputs(const.run((flat,))))
 
