@@ -66,6 +66,9 @@ def resolve_model(name: str, input_shape: str | None = None) -> ModelSpec:
     path, sep, attr = name.strip().rpartition(":")
     if sep and path.endswith(".py"):
         return user_model(path, attr, input_shape)
+    if name.strip().endswith(".py"):
+        raise KeyError(f"{name.strip()}: a model from a file is named path/to/file.py:factory (the function "
+                       "or class in the file that returns the torch nn.Module)")
     key = name.strip().lower()
     return get_spec(ALIASES.get(key, key))
 
@@ -208,6 +211,7 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
         model = factory()
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"{file}:{attr}() returned {type(model).__name__}, expected a torch.nn.Module")
+        _check_input_count(model, len(specs), f"{path}:{attr}", input_shape)
         return model.eval()
 
     def inputs(batch: int):
@@ -216,6 +220,25 @@ def user_model(path: str, attr: str, input_shape: str | None) -> ModelSpec:
 
     return ModelSpec(name=name, build=build, inputs=inputs, dynamic_batch=4,
                      description=f"{file}:{attr} with inputs {input_shape}")
+
+
+def _check_input_count(model, n: int, where: str, input_shape: str) -> None:
+    """A KeyError when ``model.forward`` cannot take ``n`` positional inputs (``--input-shape``
+    gives one shape per input, separated by ';')."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):  # (no signature to read: the call itself will tell)
+        return
+    kinds = inspect.Parameter
+    positional = [q for q in params if q.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    required = sum(1 for q in positional if q.default is q.empty)
+    varargs = any(q.kind == kinds.VAR_POSITIONAL for q in params)
+    if n < required or (n > len(positional) and not varargs):
+        want = str(required) if required == len(positional) or varargs else f"{required} to {len(positional)}"
+        raise KeyError(f"{where}: its forward takes {want}{'+' if varargs else ''} input(s), --input-shape "
+                       f"{input_shape!r} gives {n} (one shape per input, separated by ';')")
 
 
 def _module_in(module, folder: Path) -> bool:

@@ -482,10 +482,12 @@ def child_main(spec_json: str) -> int:
     elif engine == "ncnn":
         import ncnn  # noqa: F401
     spec = resolve_model(cfg["model"], cfg.get("input_shape")) if engine in ("torch", "torch-cuda") else None
-    base = maxrss_bytes()
-    out: dict = {"baseline_rss": base}
+    out: dict = {"baseline_rss": maxrss_bytes()}
     try:
         r = make_runner(engine, cfg["threads"], cfg.get("backend"))
+        # the engine's start-up (kuiper-xp: its backend, and numba's kernels compiled or loaded
+        # from their cache) is not the model's cost either: the baseline comes after it
+        out["baseline_rss"] = maxrss_bytes()
         t0 = time.perf_counter()
         r.load(files, spec)
         p = r.prepare(inputs)
@@ -666,14 +668,23 @@ def markdown(result: dict) -> str:
                 e = by["all"]
             row.append("n/a" if e is None else "error" if e.get("error") else _ms(e["median_ms"]))
         lines.append(f"| {cell['model']} | {cell['batch']} | " + " | ".join(row) + " |")
-    # (in the order the engines ran: the default numpy backend first, as in the tables above)
-    rat_keys = list(dict.fromkeys(k for c in result["cells"] for k in c["ratios"]))
+    # (in the order the engines ran: the default numpy backend first, as in the tables above;
+    # a pair with an engine that failed everywhere keeps its column, marked "error")
+    def pairs(c: dict) -> list[tuple[str, dict, dict]]:
+        es = c["entries"]
+        return [(f"{k['label']}/{p['label']}", k, p) for k in es if k.get("engine") == "kuiper"
+                for p in es if p.get("engine") not in ("kuiper", "all")]
+
+    rat_keys = list(dict.fromkeys([k for c in result["cells"] for k in c["ratios"]]
+                                  + [key for c in result["cells"] for key, _, _ in pairs(c)]))
     if rat_keys:
         lines += ["", "## Ratios kuiper-xp / peer (medians; < 1 means kuiper-xp is faster)", "",
                   "| model | batch | " + " | ".join(rat_keys) + " |", "|---|---:|" + "---:|" * len(rat_keys)]
         for c in result["cells"]:
+            failed = {key for key, k, p in pairs(c) if k.get("error") or p.get("error")}
             lines.append(f"| {c['model']} | {c['batch']} | "
-                         + " | ".join(_f(c["ratios"].get(k)) for k in rat_keys) + " |")
+                         + " | ".join("error" if k not in c["ratios"] and k in failed else _f(c["ratios"].get(k))
+                                      for k in rat_keys) + " |")
     lines += _load_table(result)
     if notes:
         lines += ["", "Notes:"] + [f"- {n}" for n in sorted(notes)]
@@ -719,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         args.engines = default_engines()
 
     torch.set_num_threads(args.threads)
-    from models import model_files, one_line, resolve_model
+    from models import model_files, resolve_model
 
     def log(msg: str) -> None:
         print(msg, flush=True)
@@ -747,16 +758,23 @@ def main(argv: list[str] | None = None) -> int:
         "cells": []}
     if args.runs:
         result["meta"]["runs"] = str(args.runs)
+    # the command line's mistakes (an unknown model, a file without :factory, a missing or
+    # malformed --input-shape, one that does not fit the model's forward) stop the run before
+    # any work, as argparse's own errors do; a model that fails later is a row of the report
+    specs = []
+    for name in args.models:
+        try:
+            spec = resolve_model(name, args.input_shape)
+            if ".py:" in name:  # (a model of your own: built once here, so that its errors come now)
+                spec.build()
+        except Exception as exc:
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else f"{type(exc).__name__}: {exc}"
+            print(f"{Path(sys.argv[0]).name}: error: {msg}", file=sys.stderr)
+            return 2
+        specs.append((name, spec))
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kuiper-bench-") as tmp:
-        for name in args.models:
-            try:
-                spec = resolve_model(name, args.input_shape)
-            except Exception as exc:  # (an unknown name, a missing shape, a model file that does not load)
-                log(f"[{name}] ERROR {exc}")
-                result["cells"].append({"model": name, "batch": 0, "input_shapes": [], "ratios": {},
-                                        "entries": [{"label": "all", "engine": "all", "error": one_line(exc)}]})
-                continue
+        for name, spec in specs:
             log(f"[{spec.name}] exports")
             files = model_files(spec, engine_names)
             for batch in args.batches:

@@ -36,6 +36,20 @@ def _run(tmp_path: Path, *extra: str, status: int = 0) -> tuple[dict, str, str]:
     return latest, md, proc.stdout
 
 
+def _usage_error(tmp_path: Path, *extra: str) -> str:
+    """Run run.py expecting a command-line error: exit status 2, nothing written; its stderr."""
+    out = tmp_path / "results"
+    env = dict(os.environ, KUIPER_XP_BENCH_CACHE=str(tmp_path / "bench-cache"))
+    cmd = [sys.executable, str(RUN), "--runs", "1", "--warmup", "0", "--threads", "1", "--engines", "kuiper",
+           "--backends", "numpy", "--no-memory", "--out", str(out), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
+    assert proc.returncode == 2, f"run.py exit {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert not out.exists() and "Traceback" not in proc.stderr and "KeyError" not in proc.stderr, proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith("run.py: error: "), line
+    return line
+
+
 def _check_entries(cell: dict) -> dict:
     by = {e["label"]: e for e in cell["entries"]}
     assert set(by) == {"kuiper[numpy]", "torch", "onnxruntime", "ncnn"}, sorted(by)
@@ -77,15 +91,16 @@ def test_harness_writes_json_and_markdown(tmp_path):
 
 
 def test_memory_mode_and_bad_names_do_not_crash(tmp_path):
-    """--memory spawns one child process per (engine, model, batch); an unknown model becomes
-    an error entry, not a crash. With --isa avx2 (the libraries' AVX-512 switches off, children
-    included) every engine still runs and the report says so."""
-    result, md, _ = _run(tmp_path, "--batches", "1", "--memory", "--models", "relu_sigmoid_chain,no_such_model",
-                         "--isa", "avx2")
+    """--memory spawns one child process per (engine, model, batch); an unknown model is a
+    command-line error before any work (exit 2, a one-line message naming it, no report), not a
+    crash. With --isa avx2 (the libraries' AVX-512 switches off, children included) every
+    engine still runs and the report says so."""
+    line = _usage_error(tmp_path / "bad", "--models", "relu_sigmoid_chain,no_such_model")
+    assert "no zoo model 'no_such_model'" in line
+    result, md, _ = _run(tmp_path, "--batches", "1", "--memory", "--models", "relu_sigmoid_chain", "--isa", "avx2")
     assert result["meta"]["isa"] == "avx2" and result["meta"]["isa_env"]["OPENBLAS_CORETYPE"] == "Haswell"
     assert "ISA limited to AVX2" in md
     cells = {c["model"]: c for c in result["cells"]}
-    assert cells["no_such_model"]["entries"][0]["error"]
     by = _check_entries(cells["relu_sigmoid_chain"])
     for label, e in by.items():
         if not e.get("error"):
@@ -114,8 +129,9 @@ class Net(nn.Module):
 
 def test_a_model_of_your_own_from_a_file(tmp_path):
     """--models path.py:factory with --input-shape (two inputs): exported, timed on every engine
-    against its torch output, the memory child resolving the same file; missing shape or name
-    give one-line errors."""
+    against its torch output, the memory child resolving the same file; a missing shape or
+    factory, a file without ``:factory`` or shapes for another number of inputs than the
+    model's forward takes are command-line errors (exit 2, one line, nothing written)."""
     (tmp_path / "mynet.py").write_text(USER_MODEL)
     arg = f"{tmp_path / 'mynet.py'}:Net"
     result, md, _ = _run(tmp_path, "--batches", "1,2", "--memory", "--models", arg, "--input-shape", "3,12,10;5")
@@ -126,10 +142,14 @@ def test_a_model_of_your_own_from_a_file(tmp_path):
         by = _check_entries(cell)
         assert not by["kuiper[numpy]"].get("error"), by["kuiper[numpy]"]
         assert by["kuiper[numpy]"]["peak_rss_mib"] > 10
-    result, _, _ = _run(tmp_path / "again", "--batches", "1", "--no-memory", "--models",
-                        f"{arg},{tmp_path / 'mynet.py'}:Nope", status=1)  # (nothing timed)
-    errors = [c["entries"][0].get("error", "") for c in result["cells"]]
-    assert "--input-shape" in errors[0] and "Nope" in errors[1]
+    assert "needs --input-shape" in _usage_error(tmp_path / "e1", "--models", arg)
+    assert "no top-level 'Nope'" in _usage_error(tmp_path / "e2", "--models", f"{tmp_path / 'mynet.py'}:Nope",
+                                                 "--input-shape", "3,12,10;5")
+    assert "path/to/file.py:factory" in _usage_error(tmp_path / "e3", "--models", str(tmp_path / "mynet.py"),
+                                                     "--input-shape", "3,12,10;5")
+    line = _usage_error(tmp_path / "e4", "--models", arg, "--input-shape", "3,12,10")
+    assert "takes 2 input(s)" in line and "gives 1" in line, line
+    assert "DTYPE one of" in _usage_error(tmp_path / "e5", "--models", arg, "--input-shape", "3,12,10:int8;5")
 
 
 def test_input_shapes_with_dtypes():
@@ -372,20 +392,25 @@ def test_pnnx_failure_reports(tmp_path):
 
 
 def test_nothing_timed_is_a_failure_with_a_readable_report(tmp_path):
-    """Every model failing (an unknown zoo name, a file without --input-shape) gives exit status 1
-    after the report is written, error text without a KeyError's quotes."""
+    """Every model failing at run time (here: a model of your own that torch itself cannot run on
+    the given shape, so no engine times it) gives exit status 1 after the report is written;
+    mistakes on the command line (an unknown zoo name, a file without --input-shape) stop before
+    any work with status 2 and a message without a KeyError's quotes."""
     out = tmp_path / "results"
     env = dict(os.environ, KUIPER_XP_BENCH_CACHE=str(tmp_path / "bench-cache"))
-    (tmp_path / "net.py").write_text("import torch\ndef build():\n    return torch.nn.ReLU()\n")
-    proc = subprocess.run([sys.executable, str(RUN), "--models", f"resnet19,{tmp_path / 'net.py'}:build",
-                           "--quick", "--no-memory", "--engines", "kuiper,torch", "--backends", "numpy",
-                           "--out", str(out)], capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    (tmp_path / "net.py").write_text("import torch\ndef build():\n    return torch.nn.Conv2d(3, 4, 3)\n")
+    proc = subprocess.run([sys.executable, str(RUN), "--models", f"{tmp_path / 'net.py'}:build",
+                           "--input-shape", "5,8,8", "--quick", "--no-memory", "--engines", "kuiper,torch",
+                           "--backends", "numpy", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "nothing was timed" in proc.stderr
     latest = json.loads((out / "latest.json").read_text())
-    errors = [c["entries"][0]["error"] for c in latest["cells"]]
-    assert len(errors) == 2 and all(e.startswith("KeyError: ") and not e.startswith("KeyError: '") for e in errors)
-    assert "--input-shape" in errors[1]
+    assert all(e.get("error") for c in latest["cells"] for e in c["entries"]), latest["cells"]
+    line = _usage_error(tmp_path / "usage", "--models", f"resnet19,{tmp_path / 'net.py'}:build")
+    assert "no zoo model 'resnet19'" in line and "error: '" not in line
+    line = _usage_error(tmp_path / "usage2", "--models", f"{tmp_path / 'net.py'}:build")
+    assert "needs --input-shape" in line and "error: '" not in line
 
 
 def test_a_torch_failure_is_a_row_not_a_crash(tmp_path):
@@ -402,3 +427,25 @@ def test_a_torch_failure_is_a_row_not_a_crash(tmp_path):
     assert (out / "latest.json").exists()
     cell = json.loads((out / "latest.json").read_text())["cells"][0]
     assert all(e.get("error") or "no torch reference" in e.get("check", "") for e in cell["entries"]), cell
+
+
+def test_a_failed_peer_keeps_its_ratio_column():
+    """An engine that failed in every cell keeps its column in the ratio table, marked "error"
+    (the column vanished, and with it any sign that ncnn had been asked for)."""
+    if str(RUN.parent) not in sys.path:
+        sys.path.insert(0, str(RUN.parent))
+    from run import markdown, ratios
+
+    cell = {"model": "m", "batch": 1, "input_shapes": [[1, 3]], "entries": [
+        {"label": "kuiper[numpy]", "engine": "kuiper", "median_ms": 2.0, "iqr_ms": 0.1, "min_ms": 1.9, "runs": 3},
+        {"label": "torch", "engine": "torch", "median_ms": 4.0, "iqr_ms": 0.1, "min_ms": 3.9, "runs": 3},
+        {"label": "ncnn", "engine": "ncnn", "error": "RuntimeError: ncnn load_param failed"}]}
+    cell["ratios"] = ratios(cell)
+    meta = {"timestamp": "t", "engines": ["kuiper[numpy]", "torch", "ncnn"], "threads": 2, "runs": "3",
+            "warmup": "1", "argv": [], "memory": False, "cpu": "c", "versions": {}, "backends": ["numpy"],
+            "isa": "native", "isa_env": {}, "omp_wait_policy": None, "blas": {}, "load_runs": 1,
+            "max_cell_seconds": None, "cpu_count": 2, "platform": "p", "wall_s": 1}
+    md = markdown({"meta": meta, "cells": [cell]})
+    table = md[md.index("## Ratios"):]
+    assert "| model | batch | kuiper[numpy]/torch | kuiper[numpy]/ncnn |" in table
+    assert "| m | 1 | 0.50 | error |" in table
