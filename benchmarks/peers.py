@@ -104,6 +104,16 @@ class KuiperRunner(Runner):
             from kuiper_xp.backends import numba_kernels
 
             numba_kernels.warm_up()
+        if self.mkl:  # MKL's start-up in its first calls (on each thread) likewise: up to 0.3 s in a fresh process
+            self._use_options()
+            import numpy as np
+            from kuiper_xp.backends import numpy_fast
+
+            a = np.ones((512, 512), np.float32)
+            with numpy_fast.compute_scope():
+                numpy_fast.matmul(a, a)
+                for name in ("gelu", "silu"):
+                    numpy_fast.unary(name, a)
 
     def _use_options(self) -> None:
         """Runners of one process share the numpy backend: set the switches before each call."""
