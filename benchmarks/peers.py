@@ -308,7 +308,13 @@ class NcnnRunner(Runner):
         net.opt.use_vulkan_compute = False
         net.opt.num_threads = self.threads
         net.opt.openmp_blocktime = 0  # no spinning (gomp follows OMP_WAIT_POLICY anyway)
-        if net.load_param(str(files.ncnn_param)) != 0:
+        import os
+
+        from zoo.export import redirect_fds
+
+        with redirect_fds(os.devnull):  # (ncnn prints "layer X not exists or registered" itself)
+            failed = net.load_param(str(files.ncnn_param)) != 0
+        if failed:
             raise RuntimeError(f"ncnn load_param failed: {files.ncnn_param}{_ncnn_leftovers(files.ncnn_param)}")
         if net.load_model(str(files.ncnn_bin)) != 0:
             raise RuntimeError(f"ncnn load_model failed: {files.ncnn_bin}")
