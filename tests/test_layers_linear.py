@@ -278,6 +278,7 @@ def test_numpy_linear_blocks_are_torch(monkeypatch, threads, rows, k, n, block_b
 
     monkeypatch.setattr(nf, "LINEAR_BLOCK_BYTES", block_bytes)
     monkeypatch.setattr(nf, "GEMM_SPLIT_MIN_MACS", 0)
+    monkeypatch.setattr(nf, "LINEAR_TINY_MACS", 0)  # (small products, to exercise the blocks)
     blocks = []
     real = nf._mm
     monkeypatch.setattr(nf, "_mm", lambda a, b, out: blocks.append(out.shape[0]) or real(a, b, out))
@@ -298,6 +299,59 @@ def test_numpy_linear_blocks_are_torch(monkeypatch, threads, rows, k, n, block_b
     assert sum(blocks) == rows, blocks
     want = -(-rows // threads) if w.size * 4 > block_bytes else min(-(-rows // threads), block_bytes // (n * 4))
     assert max(blocks) <= want, blocks
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spec", [None, "relu", ("clamp", -0.25, 0.5), ("clamp", None, 0.0), "gelu", "silu",
+                                  ("leaky", 0.1)])
+@pytest.mark.parametrize("rows, k, n, bias", [(1, 32, 64, True), (3, 64, 10, False), (2, 7, 1, True)])
+def test_numpy_tiny_linear_is_torch(monkeypatch, dtype, spec, rows, k, n, bias):
+    """A product of at most LINEAR_TINY_MACS multiply-adds (a small MLP on one sample) is one
+    np.matmul on the calling thread, then the bias and the activation: torch's result (NaN kept
+    through ReLU and clamps), the product never split (``_mm`` and ``_gemm`` not reached); with
+    the lane off, the general path gives the same values. A destination named for the output (a
+    concatenation's slot) still receives it."""
+    from helpers import in_fast_scope
+    from kuiper_xp.backends import numpy_fast as nf
+
+    calls = []
+    for name in ("_mm", "_gemm"):
+        real = getattr(nf, name)
+        monkeypatch.setattr(nf, name, lambda a, b, out, real=real, name=name: calls.append(name) or real(a, b, out))
+    rng = np.random.default_rng(rows * k + n)
+    x = (rng.standard_normal((rows, k)) * 2).astype(dtype)
+    x[0, 0] = np.nan
+    w, b = rng.standard_normal((n, k)).astype(dtype), rng.standard_normal(n).astype(dtype)
+    ref = F.linear(t(x), t(w), t(b) if bias else None)
+    if spec == "relu":
+        ref = F.relu(ref)
+    elif spec in ("gelu", "silu"):
+        ref = getattr(F, spec)(ref)
+    elif spec is not None and spec[0] == "clamp":
+        ref = torch.clamp(ref, spec[1], spec[2])
+    elif spec is not None:
+        ref = F.leaky_relu(ref, spec[1])
+    wt = nf.pack_linear(w)
+    y = in_fast_scope(nf, lambda: nf.linear(x, wt, b if bias else None, spec), threads=2)
+    assert y.dtype == dtype and calls == []
+    np.testing.assert_allclose(y, ref.numpy(), rtol=1e-5, atol=1e-6)
+    assert np.isnan(y[0]).all()  # (x[0, 0] is NaN: every output of row 0 is)
+    monkeypatch.setattr(nf, "LINEAR_TINY_MACS", 0)
+    general = in_fast_scope(nf, lambda: nf.linear(x, wt, b if bias else None, spec), threads=2)
+    assert calls
+    np.testing.assert_allclose(y, general, rtol=1e-6, atol=1e-7)
+    monkeypatch.setattr(nf, "LINEAR_TINY_MACS", 1 << 16)
+    dest = np.empty((rows, n), dtype)
+
+    def into_dest():
+        nf.set_destination(dest)
+        try:
+            return nf.linear(x, wt, b if bias else None, spec)
+        finally:
+            nf.set_destination(None)
+    got = in_fast_scope(nf, into_dest, threads=2)
+    assert got is dest
+    np.testing.assert_allclose(got, general, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("shape", [(2, 0, 0), (0, 0), (0, 4), (3, 0, 4)])
@@ -398,6 +452,7 @@ def test_numpy_big_weights_stay_out_in(monkeypatch, tmp_path, rows):
     from kuiper_xp.backends import numpy_fast as nf
 
     monkeypatch.setattr(nf, "PACK_KEEP_MIN_ELEMENTS", 64)
+    monkeypatch.setattr(nf, "LINEAR_TINY_MACS", 0)  # (a small weight standing for a big one)
     w = rnd(24, 16, seed=1)
     packed = nf.pack_linear(w)
     assert np.shares_memory(packed, w) and packed.shape == (16, 24) and packed.flags.f_contiguous

@@ -87,6 +87,28 @@ def test_dynamic_dims_accept_any_size_but_not_a_wrong_static_dim(models):
         g(np.zeros((5, 3), np.float32), np.zeros((1, 1), np.float32))
 
 
+def test_checks_after_an_accepted_input(models):
+    """The graph remembers the last input that passed its checks (type, shape, dtype) to skip
+    them for the same kind of input: after good calls, a wrong shape, dtype, byte order or kind
+    of object is still refused, and good inputs still give torch's result."""
+    g = kuiper_xp.load(models["two"], backend="numpy")
+    a, b = np.zeros((5, 4), np.float32), np.ones((7, 9), np.float32)
+    for _ in range(2):
+        g(a, b)
+    with pytest.raises(InputError, match=r"input 0 \(a\) has shape \(5, 3\)"):
+        g(np.zeros((5, 3), np.float32), b)
+    with pytest.raises(InputError, match=r"input 1 \(b\) has dtype float64"):
+        g(a, b.astype(np.float64))
+    with pytest.raises(InputError, match="is a builtins.list"):
+        g(a.tolist(), b)
+    swapped = (b - 2).astype(">f4")  # (the same shape, a non-native float32: converted, not taken as is)
+    _, d = g(a, swapped)
+    np.testing.assert_array_equal(d, torch.relu(torch.from_numpy(b - 2)).numpy())
+    c, d = g(a + 1, b)
+    np.testing.assert_array_equal(c, torch.sigmoid(torch.from_numpy(a + 1)).numpy())
+    np.testing.assert_array_equal(d, b)
+
+
 @pytest.mark.parametrize("leg", [("numpy", None), ("array_api_strict", None)])
 @pytest.mark.parametrize("dtype", ["float64", "float16", "int32", "int64", "bool", "complex64", "object", "<U3"])
 def test_wrong_dtype_is_an_input_error_on_every_backend(models, leg, dtype):

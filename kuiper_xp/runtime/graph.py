@@ -169,6 +169,7 @@ class Graph:
         self._lock = threading.Lock()
         self._slots: dict[str, int] = {}
         self._input_ids: list[int] = []
+        self._input_seen: list[tuple | None] = []
         self._output_ids: list[int] = []
         self._input_operands: list[Operand] = []
         self._steps: list[RuntimeOperator] = []
@@ -321,6 +322,7 @@ class Graph:
         self._output_ids = [slots[o.name] for o in output_operands]
         self._output_dtypes = [o.array_dtype for o in output_operands]
         self.inputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in self._input_operands]
+        self._input_seen: list[tuple | None] = [None] * len(self.inputs)
         dd_names = _data_dependent_operands(compute)
         self._data_dependent = {slots[n] for n in dd_names}
         self.outputs = [TensorSpec(o.name, _unknown_dims(o.shape) if o.name in dd_names else o.shape, o.array_dtype)
@@ -700,6 +702,9 @@ class Graph:
         """Check input ``k`` (count is checked by the caller) against the model's declaration,
         then bring it to the graph's backend and device. Shape and dtype are checked *before*
         any conversion, so a wrong input never reaches the array library."""
+        seen = self._input_seen[k] if k < len(self._input_seen) else None
+        if seen is not None and type(x) is seen[0] and x.shape == seen[1] and x.dtype == seen[2]:
+            return x  # (the type, shape and dtype of the last call's input, which passed as it was)
         spec = self.inputs[k]
         be = self.backend
         if type(x).__name__ == "Tensor" and hasattr(x, "backend") and hasattr(x, "data"):
@@ -750,6 +755,8 @@ class Graph:
         if not x.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file)
             x = x.astype(x.dtype.newbyteorder("="))
         if be.library == "numpy" and type(x).__name__ == "ndarray":
+            if k < len(self._input_seen):
+                self._input_seen[k] = (type(x), shape, x.dtype)
             return x
         try:  # numpy scalars and subclasses, or a host array for another backend
             return be.asarray(x)
@@ -843,7 +850,10 @@ class Graph:
         from shapes alone, ``torch.tensor(x.shape[0], dtype=torch.float32) / 2``) as a 0-d array
         of the dtype the file declares for it, else torch's for that kind of number (float32,
         int64, bool, complex64)."""
-        if not any(isinstance(o, (list, tuple)) or type(o) in _NUMBER_DTYPES for o in outs):
+        for o in outs:  # (a loop, not any() over a generator: ~1 us of a small model's call)
+            if type(o) in _NUMBER_DTYPES or isinstance(o, (list, tuple)):
+                break
+        else:
             return outs
         xp, dev = self.xp, self.backend.device
         flat = []
