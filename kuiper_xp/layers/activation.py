@@ -589,7 +589,8 @@ class Softmax(_Unary):
 
     def forward(self, x: Any) -> Any:
         fast = self._fast_softmax
-        if fast is not None and self._dt is None and not self.negate and x.ndim and self.dim in (-1, x.ndim - 1):
+        if (fast is not None and not self.negate and x.ndim and self.dim in (-1, x.ndim - 1)
+                and (self._dt is None or x.dtype == self._dt)):
             # (the last axis, no cast: the backend's kernel straight away, ~1.5 us of a
             # classifier head's call less; it declines non-float and empty inputs)
             y = fast(x)
