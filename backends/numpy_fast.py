@@ -1206,6 +1206,9 @@ try:
 except ImportError:  # numpy 1
     from numpy.core.umath import clip as _uclip
 _INF = math.inf
+#: float32 and float64 as dtype objects: ``x.dtype in _FLOATS`` compares dtypes (96 ns), where a
+#: tuple of the scalar types converted each one first (340 ns, a few of them in every small call)
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 #: elements per chunk of the chunked elementwise kernels: the chunk and its temporaries stay in
 #: cache, so each kernel costs about one pass over memory however many ufunc steps it takes
@@ -1610,8 +1613,8 @@ def _clamp_into(a: np.ndarray, lo, hi, out: np.ndarray) -> None:
     """``out = min(max(a, lo), hi)``, either bound None (NaN stays NaN)."""
     if lo is None and hi is None:
         np.copyto(out, a)
-    elif a.dtype.kind == "f":
-        _uclip(a, -_INF if lo is None else lo, _INF if hi is None else hi, out=out)
+    elif a.dtype.kind == "f":  # (float bounds: an int 0 made a ReLU on 64 values 2.2 us, not 1.6)
+        _uclip(a, -_INF if lo is None else float(lo), _INF if hi is None else float(hi), out=out)
     elif hi is None:
         np.maximum(a, lo, out=out)
     elif lo is None:
@@ -1638,7 +1641,7 @@ def clamp(x: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray | Non
     after a residual add: a fresh 6 MiB array per call at batch 8 cost a page fault per 4 KiB).
     None for other dtypes."""
     x = np.asarray(x)
-    if x.dtype not in (np.float32, np.float64) or x.ndim == 0:
+    if x.dtype not in _FLOATS or x.ndim == 0:
         return None
     if x.size <= TINY_ELEMENTS and x.flags.c_contiguous:  # (as in unary)
         out = _small_out(x)
@@ -1678,7 +1681,7 @@ def binary(name: str, a: Any, b: Any, activation: Any = None) -> np.ndarray | No
     each chunk of the result while it is in cache (a residual block's add and ReLU: one pass
     over memory instead of two)."""
     if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.shape != b.shape
-            or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64) or a.ndim == 0
+            or a.dtype != b.dtype or a.dtype not in _FLOATS or a.ndim == 0
             or not (a.flags.c_contiguous and b.flags.c_contiguous)):
         return None
     ufunc = _BINARY[name]
@@ -1759,7 +1762,7 @@ def activation_inplace(y: np.ndarray, spec: Any) -> np.ndarray:
     ``("elu", alpha, scale, divisor)``, a name from
     :data:`UNARY_ACTIVATIONS`, or a callable) to the fresh array ``y``, in place where it can."""
     if isinstance(spec, str) and spec in _KERNELS:
-        if y.dtype not in (np.float32, np.float64):
+        if y.dtype not in _FLOATS:
             return unary(spec, y.astype(np.float32)).astype(y.dtype)
         if not y.flags.c_contiguous:
             return unary(spec, y)
@@ -2631,7 +2634,7 @@ class Conv2dPlan:
         contiguous slice of length ``ho*wq`` (the ``wq - wo`` extra columns are dropped at the
         end, fused with the bias add). Channels are processed in L2-sized blocks on the pool."""
         n, c = x.shape[:2]
-        if _numba is not None and self.dtype in (np.float32, np.float64):
+        if _numba is not None and self.dtype in _FLOATS:
             return self._run_depthwise_numba(x, ho, wo, activation)
         # the dense and band paths multiply whole rows by matrices holding zeros: an inf or NaN
         # in the input would reach outputs that do not read it (0 * inf), so a result that is
@@ -2645,7 +2648,7 @@ class Conv2dPlan:
             if _all_finite(y):
                 return y
         if (self.mult == 1 and self.stride == (1, 1) and self.dilation == (1, 1)
-                and self.dtype in (np.float32, np.float64)
+                and self.dtype in _FLOATS
                 and (self.kh * self.kw >= DEPTHWISE_EINSUM_MIN_TAPS
                      or (ho * wo > DEPTHWISE_NHWC_MAX_PIXELS and _is_channels_last(x)))):
             # (a large map already channels-last, the (B, C, H, W) view of a transformer's tokens:
@@ -2690,7 +2693,7 @@ class Conv2dPlan:
 
     def _dense_ok(self, n: int, h: int, w: int, ho: int, wo: int) -> bool:
         """Whether a call runs :meth:`_run_depthwise_dense` (see DEPTHWISE_DENSE_MAX_BYTES)."""
-        if self.mult != 1 or self.dtype not in (np.float32, np.float64):
+        if self.mult != 1 or self.dtype not in _FLOATS:
             return False
         if self.o * h * w * ho * wo * self.dtype.itemsize > DEPTHWISE_DENSE_MAX_BYTES:
             return False
@@ -2752,7 +2755,7 @@ class Conv2dPlan:
         return (self.mult == 1 and self.kh * self.kw >= DEPTHWISE_BAND_MIN_TAPS
                 and ho * wo > max(DEPTHWISE_NHWC_MAX_PIXELS, DEPTHWISE_BAND_MIN_PIXELS)
                 and self.stride == (1, 1) and self.dilation == (1, 1)
-                and self.dtype in (np.float32, np.float64))
+                and self.dtype in _FLOATS)
 
     def _run_depthwise_band(self, x, ho, wo, activation=None):
         """A stride-1 depthwise convolution as GEMMs: the output row is cut into ``nb`` bands of
@@ -3537,7 +3540,7 @@ def avg_pool2d(x: np.ndarray, kernel, stride, padding, ceil_mode, count_include_
     ho = _pool_out(h, kernel[0], stride[0], padding[0], 1, ceil_mode)
     wo = _pool_out(w, kernel[1], stride[1], padding[1], 1, ceil_mode)
     if (tuple(kernel[:1]) == (1,) and kernel[1] >= AVG_RUNNING_MIN_TAPS and tuple(stride) == (1, 1)
-            and tuple(padding) == (0, 0) and wo > 0 and x.dtype in (np.float32, np.float64)):
+            and tuple(padding) == (0, 0) and wo > 0 and x.dtype in _FLOATS):
         return _avg_rows_running(x, kernel[1], divisor_override or kernel[1])
     if divisor_override or ho <= 0 or wo <= 0:  # (an empty output: _window_reduce says so)
         div: Any = x.dtype.type(divisor_override or 1)
@@ -3594,7 +3597,7 @@ def adaptive_avg_pool2d(x: np.ndarray, out_hw: tuple[int, int]) -> np.ndarray | 
     8x2048x7x7 0.60 -> 0.15 (0.16). None (the generic path) for other dtypes, empty arrays, a
     window matrix over ADAPTIVE_AVG_MATRIX_BYTES, and a result not all finite: the matrix's zeros times an inf or
     NaN would spread NaN to windows without it, and the generic path gives torch's values."""
-    if not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype not in (np.float32, np.float64) or x.size == 0:
+    if not isinstance(x, np.ndarray) or x.ndim != 4 or x.dtype not in _FLOATS or x.size == 0:
         return None
     n, c, h, w = x.shape
     ho, wo = out_hw
@@ -3796,7 +3799,7 @@ def attention(q, k, v, scale: float, mask=None, drop=None, fill: float = 0.0):
     if not all(type(a) is np.ndarray for a in (q, k, v)):
         return None
     dt = q.dtype
-    if (dt not in (np.float32, np.float64) or k.dtype != dt or v.dtype != dt or q.ndim < 3
+    if (dt not in _FLOATS or k.dtype != dt or v.dtype != dt or q.ndim < 3
             or k.ndim != q.ndim or v.ndim != q.ndim or q.shape[:-2] != k.shape[:-2]
             or k.shape[:-2] != v.shape[:-2] or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]
             or q.size == 0 or k.shape[-2] == 0):
@@ -4155,7 +4158,7 @@ def layer_norm(x: np.ndarray, d: int, weight=None, bias=None, eps: float = 1e-5)
     each block normalised while in cache (mean, then the variance of the centred values, as the
     generic path and torch compute it). None when the arguments do not fit this path."""
     x = np.asarray(x)
-    if x.dtype not in (np.float32, np.float64) or d <= 0 or x.size % d or x.size == 0:
+    if x.dtype not in _FLOATS or d <= 0 or x.size % d or x.size == 0:
         return None
     for a in (weight, bias):
         if a is not None and (not isinstance(a, np.ndarray) or a.dtype != x.dtype or a.size != d):
@@ -4273,7 +4276,7 @@ def scale_shift(x: np.ndarray, scale: np.ndarray, shift: np.ndarray) -> np.ndarr
     a concat). Output from the graph's pool, blocks of (image, channel) planes over the threads.
     None when the arguments do not fit (the generic path then runs)."""
     x = np.asarray(x)
-    if (x.dtype not in (np.float32, np.float64) or x.ndim < 2 or not x.flags.c_contiguous
+    if (x.dtype not in _FLOATS or x.ndim < 2 or not x.flags.c_contiguous
             or not isinstance(scale, np.ndarray) or not isinstance(shift, np.ndarray)
             or scale.dtype != x.dtype or shift.dtype != x.dtype or scale.shape != (x.shape[1],)
             or shift.shape != (x.shape[1],) or x.size == 0):
@@ -4302,7 +4305,7 @@ def group_norm(x: np.ndarray, groups: int, weight=None, bias=None, eps: float = 
     column run at about half the speed of a same-shape multiply there). Groups larger than a
     block, fewer than two per thread, go to :func:`_group_norm_chunked`. None when the
     arguments do not fit (the generic path then runs)."""
-    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim < 2
+    if (type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim < 2
             or not x.flags.c_contiguous or x.size == 0 or groups <= 0 or x.shape[1] % groups):
         return None
     n, c = x.shape[:2]
@@ -4422,7 +4425,7 @@ def prelu(x: np.ndarray, w: np.ndarray) -> np.ndarray | None:
     array with one slope per channel (``w`` of C values): blocks of (image, channel) planes on
     the threads, each in four passes while in cache (the generic path makes three whole-size
     temporaries on one thread: 3.2 ms against torch's 0.23 on 64x128x128). None otherwise."""
-    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim < 2
+    if (type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim < 2
             or not x.flags.c_contiguous or x.size == 0 or type(w) is not np.ndarray
             or w.size != x.shape[1]):
         return None
@@ -4450,7 +4453,7 @@ def softmax_last(x: np.ndarray) -> np.ndarray | None:
     max only where the block's values could overflow or underflow it, row sums as a product with
     ones, one division). NaN and all-``-inf`` rows give NaN, as torch's. None when the argument
     does not fit."""
-    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim == 0
+    if (type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0
             or x.size == 0):
         return None
     if not x.flags.c_contiguous:
@@ -4475,10 +4478,10 @@ def _softmax_last_into(x: np.ndarray, y: np.ndarray | None) -> np.ndarray:
         # a few rows (a classifier head, DIN's (1, 30) scores): plain shifted numpy; the checks
         # below cost more than they save (1x30: 7.7 us, 13 with a -1e9 mask; this 3.3, torch 1.4)
         y = _small_out(x) if y is None else y
-        with _silent():
-            np.subtract(x, x.max(axis=-1, keepdims=True), out=y)
+        with _silent():  # (the ufuncs' reduce: ndarray.max and .sum add a Python wrapper, ~0.7 us each)
+            np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True), out=y)
             np.exp(y, out=y)
-            y /= y.sum(axis=-1, keepdims=True)
+            y /= np.add.reduce(y, axis=-1, keepdims=True)
         return y
     if x.size <= TINY_ELEMENTS and (_numba is None or dt != np.float32):  # one block, this thread
         y = _small_out(x) if y is None else y
@@ -4513,7 +4516,7 @@ def log_softmax_last(x: np.ndarray) -> np.ndarray | None:
     numpy on this thread: ``(x - max) - log(sum(exp(x - max)))``, as torch and the generic path
     compute it (1x10: 12 -> 5 us a call through the layer; the generic path's namespace wrappers
     and its extra temporary were most of it). None otherwise (the generic path)."""
-    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim == 0
+    if (type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0
             or not x.flags.c_contiguous or x.size == 0 or x.size > TINY_ELEMENTS
             or x.size // x.shape[-1] > SOFTMAX_PLAIN_MAX_ROWS):
         return None
@@ -4574,7 +4577,7 @@ def resize_taps(x: np.ndarray, plan) -> np.ndarray | None:
     4 KiB each). None when nothing is resized or the dtype is not float32/float64."""
     x = np.asarray(x)
     active = [k for k, taps in enumerate(plan) if taps is not None]
-    if x.dtype not in (np.float32, np.float64) or not active or x.ndim != len(plan) + 2 or x.size == 0:
+    if x.dtype not in _FLOATS or not active or x.ndim != len(plan) + 2 or x.size == 0:
         return None
     n, c = x.shape[:2]
     cur = np.ascontiguousarray(x).reshape((n * c,) + x.shape[2:])
@@ -5229,7 +5232,7 @@ class FusedExpression:
             dt = a.dtype
             arrs[i] = a
             big = big or a.size * 16 >= FUSE_MIN_ELEMENTS
-        if not big or dt not in (np.float32, np.float64):
+        if not big or dt not in _FLOATS:
             return None  # (small inputs: declined before any shape work, ~1 us)
         steps = self.steps
         shapes: list = []
@@ -5397,7 +5400,7 @@ def grid_sample_bilinear(x, grid, padding: str, align: bool) -> np.ndarray | Non
     fewer, plain numpy calls: the in-bounds tests and clipped coordinates per axis, not per
     corner (the generic form's ~80 calls through the Array API wrapper were 40x torch's time on
     a (16, 32, 32) map sampled at 256 points). None where it does not apply."""
-    if (type(x) is not np.ndarray or type(grid) is not np.ndarray or x.dtype not in (np.float32, np.float64)
+    if (type(x) is not np.ndarray or type(grid) is not np.ndarray or x.dtype not in _FLOATS
             or padding not in ("zeros", "border") or x.ndim != 4 or grid.ndim != 4 or grid.shape[-1] != 2
             or grid.shape[0] != x.shape[0]):
         return None
@@ -5691,7 +5694,7 @@ def sum_short_inner(x, axes, keepdims: bool, mean: bool = False):
     elements (a (4, 256, 16, 3) sum over the 16: numpy's reduction steps through 3-element
     inner loops, 214 us; einsum's product-free form 45, torch 22), over a short last axis, or
     over trailing axes of many elements (:func:`_sum_trailing`). None where it does not apply."""
-    if (type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or axes is None
+    if (type(x) is not np.ndarray or x.dtype not in _FLOATS or axes is None
             or len(axes) == 0 or not x.flags.c_contiguous):
         return None
     y = _sum_trailing(x, axes, keepdims, mean)
@@ -5744,7 +5747,7 @@ def logcumsumexp(x, axis: int):
     """``torch.logcumsumexp`` of a float numpy array: ``np.logaddexp.accumulate`` in float64
     (within an ulp of the exact result; the generic log-depth scan took 13 ms over (4, 20000),
     torch 2.2). None for other arrays."""
-    if type(x) is not np.ndarray or x.dtype not in (np.float32, np.float64) or x.ndim == 0 or not 0 <= axis < x.ndim:
+    if type(x) is not np.ndarray or x.dtype not in _FLOATS or x.ndim == 0 or not 0 <= axis < x.ndim:
         return None
     with _silent():
         return np.logaddexp.accumulate(x.astype(np.float64), axis=axis).astype(x.dtype)
