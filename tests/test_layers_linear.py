@@ -531,3 +531,48 @@ def test_addmm_with_a_row_bias(tmp_path):
         with torch.no_grad():
             want = m(x).numpy()
         assert_close(np.asarray(g(x.numpy())[0]), want, rtol=1e-5)
+
+
+class _LayerScale(nn.Module):
+    """A linear layer times a learned per-feature scale (ConvNeXt's and CaiT's gamma), in the
+    variants the runtime must and must not fold."""
+
+    def __init__(self, variant: str):
+        super().__init__()
+        self.variant = variant
+        self.fc, self.fc2 = nn.Linear(12, 8), nn.Linear(8, 8)
+        shape = (1, 1, 8) if variant == "broadcast" else (8,)
+        self.gamma = nn.Parameter(torch.linspace(-1.5, 2.0, 8).reshape(shape))
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.variant == "after_gelu":  # gamma * gelu(fc(x)): the activation is in between
+            return self.gamma * F.gelu(y)
+        if self.variant == "reused":  # fc(x) read twice: nothing to fold into
+            return self.gamma * y + self.fc2(y)
+        if self.variant == "right":
+            return self.fc2(y * self.gamma)
+        return self.fc2(self.gamma * y)
+
+
+@pytest.mark.parametrize("variant, folds", [("left", True), ("right", True), ("broadcast", True),
+                                            ("after_gelu", False), ("reused", False)])
+def test_layer_scale_is_folded_into_the_linear_layer(tmp_path, model_backend, variant, folds):
+    """``gamma * linear(x)`` with a constant gamma of one value per feature: the runtime scales
+    the linear layer's weight columns and bias instead of multiplying its output (the
+    multiplication's step is gone), with torch's result; where an activation comes between, or
+    the linear output has another reader, nothing is folded and the result is torch's too."""
+    m = _LayerScale(variant).eval()
+    x = torch.from_numpy(rnd(2, 5, 12, seed=3) * 2)
+    param = export_torch(m, (x,), tmp_path)
+    g = kuiper_xp.load(param, backend=model_backend)
+    plain = kuiper_xp.load(param, backend=model_backend, fuse=False)
+    with torch.no_grad():
+        want = m(x).numpy()
+    got = kuiper_xp.to_numpy(g(x.numpy())[0])
+    assert_close(got, want, rtol=1e-5)
+    assert_close(kuiper_xp.to_numpy(plain(x.numpy())[0]), want, rtol=1e-5)
+    scaled = [pair for pair in g.fused if pair[0] == "fc" and "expr" in pair[1]]
+    assert bool(scaled) == folds, g.fused
+    if folds:
+        assert len(g.execution_order) < len(plain.execution_order)

@@ -295,6 +295,7 @@ class Graph:
             compute = self._fuse_activations(compute, outputs_of, output_operands)
             compute = self._fuse_attention(compute, inputs_of, outputs_of, output_operands)
             self._fold_norm_affine(compute, output_operands)
+            compute = self._fold_layer_scale(compute, outputs_of, output_operands)
             self._plan_layouts(compute, outputs_of, output_operands)
 
         # successors (seed 002): operators consuming any of this operator's outputs
@@ -423,6 +424,55 @@ class Graph:
             keep = getattr(r.layer, "set_activation_layer", None)
             if keep is not None:  # (a producer that may run the activation's own layer instead)
                 keep(c.layer.forward)
+            outputs_of[id(r)] = list(c.op.outputs)
+            gone.add(id(c))
+            self.fused.append((r.name, c.name))
+        return [r for r in compute if id(r) not in gone]
+
+    def _fold_layer_scale(self, compute: list[RuntimeOperator], outputs_of: dict[int, list[Operand]],
+                          graph_outputs: list[Operand]) -> list[RuntimeOperator]:
+        """Fold a layer scale into the linear layer it multiplies: ``mul(@0,@1)`` of a constant
+        (a ``pnnx.Attribute`` of one value per output feature, ConvNeXt's and CaiT's gamma) and
+        the output of an ``nn.Linear`` with built weights and no fused activation, that output
+        going nowhere else. ``(x @ W^T + b) * g = x @ (W^T g) + b g``: the weight's columns and
+        the bias are scaled once (new arrays, the weight's layout kept) and the multiplication's
+        pass over the result goes (ConvNeXt-T at batch 1: 18 passes of 0.1-0.25 ms)."""
+        from kuiper_xp.layers.core import Attribute
+        from kuiper_xp.layers.linear import Linear
+
+        xp = self.xp
+        by_op = {id(r.op): r for r in compute}
+        gone: set[int] = set()
+        for r in compute:
+            lin = r.layer
+            if (type(lin) is not Linear or lin.weight_t is None or set(lin.slots) != {"input"}
+                    or lin.fused_activation is not None or len(r.op.outputs) != 1):
+                continue
+            out = r.op.outputs[0]
+            if out in graph_outputs or len(out.consumers) != 1:
+                continue
+            c = by_op.get(id(out.consumers[0]))
+            if (c is None or c.op.type != "pnnx.Expression" or len(c.op.inputs) != 2 or len(c.op.outputs) != 1
+                    or str(c.op.params.get("expr", "")).replace(" ", "") not in ("mul(@0,@1)", "mul(@1,@0)")):
+                continue
+            other = c.op.inputs[1] if c.op.inputs[0] is out else c.op.inputs[0]
+            if other is out:
+                continue
+            src = by_op.get(id(other.producer)) if other.producer is not None else None
+            wt, n = lin.weight_t, lin.weight_t.shape[1]
+            g = src.layer.value if src is not None and type(src.layer) is Attribute else None
+            if (g is None or g.dtype != wt.dtype or g.dtype not in (xp.float32, xp.float64)
+                    or tuple(g.shape) not in ((n,),) + tuple((1,) * k + (n,) for k in range(1, 4))
+                    or (lin.bias is not None and lin.bias.dtype != wt.dtype)):
+                continue
+            if len(out.shape or ()) < len(g.shape):  # (g's leading ones would add axes)
+                continue
+            g = xp.reshape(g, (n,))
+            # (W^T g: a kept (out, in) weight, pack_linear's transposed view, stays that layout)
+            lin.weight_t = xp.permute_dims(xp.permute_dims(wt, (1, 0)) * g[:, None], (1, 0)) \
+                if _is_transposed(wt) else wt * g
+            if lin.bias is not None:
+                lin.bias = lin.bias * g
             outputs_of[id(r)] = list(c.op.outputs)
             gone.add(id(c))
             self.fused.append((r.name, c.name))
@@ -1038,6 +1088,13 @@ def _describe(a: Any) -> str:
 def _signature(xs: list) -> tuple:
     """The shapes and dtypes of a pass's inputs (as the CUDA-graph replayer keys its graphs)."""
     return tuple((tuple(x.shape), str(x.dtype)) for x in xs)
+
+
+def _is_transposed(a: Any) -> bool:
+    """Whether the 2-D array ``a`` is laid out column by column (a transposed view), as far as
+    its namespace says (numpy and cupy arrays have ``flags``; others count as row by row)."""
+    flags = getattr(a, "flags", None)
+    return flags is not None and bool(flags.f_contiguous) and not bool(flags.c_contiguous)
 
 
 def _note(exc: BaseException, r: RuntimeOperator) -> None:
