@@ -4886,24 +4886,20 @@ LINEAR_BLOCK_BYTES = 1 << 20
 def linear(x: np.ndarray, weight_t: np.ndarray, bias=None, activation: Any = None) -> np.ndarray:
     """``x @ weight_t + bias`` over the last axis of ``x``, then ``activation`` (an elementwise
     spec of :func:`activation_inplace`, or None) in place on the result."""
-    if (type(x) is np.ndarray and x.ndim == 2 and x.shape[0] * weight_t.size <= LINEAR_TINY_MACS
-            and x.shape[0] * weight_t.shape[-1] <= TINY_ELEMENTS and x.dtype == weight_t.dtype
-            and x.shape[0] * weight_t.shape[-1] * x.itemsize < BufferPool.MIN_BYTES
-            and getattr(_tls, "dest", None) is None):
-        # a few rows through a small weight (an MLP on one sample): the product, the bias and
-        # the activation as three numpy calls on this thread, without the split rules and the
-        # chunked kernels (their bookkeeping was 6.6 of a fused 1x32 -> 64 ReLU layer's 10.4
-        # us); the output is under the pool's sizes, so it would come from malloc anyway
-        y = np.matmul(x, weight_t)
-        if bias is not None:
-            y += bias
-        if activation is not None:
-            bounds = _clamp_bounds(activation)
-            if bounds is not None:
-                _clamp_into(y, bounds[0], bounds[1], y)
-            else:
+    if type(x) is np.ndarray and x.ndim == 2 and x.dtype == weight_t.dtype:
+        outs = x.shape[0] * weight_t.shape[-1]
+        if (outs <= TINY_ELEMENTS and outs * x.itemsize < BufferPool.MIN_BYTES
+                and x.shape[0] * weight_t.size <= LINEAR_TINY_MACS and getattr(_tls, "dest", None) is None):
+            # a few rows through a small weight (an MLP on one sample): the product, the bias
+            # and the activation as three numpy calls on this thread, without the split rules
+            # and the chunked kernels (their bookkeeping was 6.6 of a fused 1x32 -> 64 ReLU
+            # layer's 10.4 us); the output is under the pool's sizes: malloc's anyway
+            y = np.matmul(x, weight_t)
+            if bias is not None:
+                y += bias
+            if activation is not None:
                 _activate_block(y, activation)
-        return y
+            return y
     x = np.asarray(x)
     lead = x.shape[:-1]
     x2 = x.reshape(math.prod(lead), x.shape[-1]) if x.ndim != 2 else x  # (not -1: ambiguous for 0 elements)
