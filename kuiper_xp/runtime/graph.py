@@ -323,7 +323,7 @@ class Graph:
         self._output_ids = [slots[o.name] for o in output_operands]
         self._output_dtypes = [o.array_dtype for o in output_operands]
         self.inputs = [TensorSpec(o.name, o.shape, o.array_dtype) for o in self._input_operands]
-        self._input_seen: list[tuple | None] = [None] * len(self.inputs)
+        self._input_seen = [None] * len(self.inputs)
         dd_names = _data_dependent_operands(compute)
         self._data_dependent = {slots[n] for n in dd_names}
         self.outputs = [TensorSpec(o.name, _unknown_dims(o.shape) if o.name in dd_names else o.shape, o.array_dtype)
@@ -462,10 +462,9 @@ class Graph:
             wt, n = lin.weight_t, lin.weight_t.shape[1]
             g = src.layer.value if src is not None and type(src.layer) is Attribute else None
             if (g is None or g.dtype != wt.dtype or g.dtype not in (xp.float32, xp.float64)
-                    or tuple(g.shape) not in ((n,),) + tuple((1,) * k + (n,) for k in range(1, 4))
+                    or tuple(g.shape) != (1,) * (g.ndim - 1) + (n,)
+                    or len(out.shape or ()) < g.ndim  # (g's leading ones would add axes)
                     or (lin.bias is not None and lin.bias.dtype != wt.dtype)):
-                continue
-            if len(out.shape or ()) < len(g.shape):  # (g's leading ones would add axes)
                 continue
             g = xp.reshape(g, (n,))
             # (W^T g: a kept (out, in) weight, pack_linear's transposed view, stays that layout)
@@ -752,7 +751,7 @@ class Graph:
         """Check input ``k`` (count is checked by the caller) against the model's declaration,
         then bring it to the graph's backend and device. Shape and dtype are checked *before*
         any conversion, so a wrong input never reaches the array library."""
-        seen = self._input_seen[k] if k < len(self._input_seen) else None
+        seen = self._input_seen[k]
         if seen is not None and type(x) is seen[0] and x.shape == seen[1] and x.dtype == seen[2]:
             return x  # (the type, shape and dtype of the last call's input, which passed as it was)
         spec = self.inputs[k]
@@ -805,8 +804,7 @@ class Graph:
         if not x.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file)
             x = x.astype(x.dtype.newbyteorder("="))
         if be.library == "numpy" and type(x).__name__ == "ndarray":
-            if k < len(self._input_seen):
-                self._input_seen[k] = (type(x), shape, x.dtype)
+            self._input_seen[k] = (type(x), shape, x.dtype)
             return x
         try:  # numpy scalars and subclasses, or a host array for another backend
             return be.asarray(x)
