@@ -586,7 +586,7 @@ class NumberAssign(nn.Module):
     parameter ``src`` and no second input."""
 
     def forward(self, x):
-        y = x.mean(0) * 2
+        y = x.amax(0) * 2  # (exact on every backend: the comparison below is bit for bit)
         y[0] = 0
         w = x * 3
         w[:, -1] = -1.5

@@ -567,7 +567,23 @@ class Frexp(_Op):
     """``torch.frexp(x)`` -> (mantissa, int32 exponent) with x = mantissa * 2**exponent and
     0.5 <= |mantissa| < 1; zeros, infinities and NaN come back as they are with exponent 0, as
     torch's. Exact: the exponent from log2 in float64, corrected by one where it rounded, and the
-    scaling by powers of two (split in two, so that 2**1024 is never formed)."""
+    scaling by powers of two (split in two, so that 2**1024 is never formed). The powers come from
+    a table made on the host (``math.ldexp``): a GPU's ``pow(2.0, k)`` may be an ulp off, which
+    made mantissas an ulp off on CuPy. (CuPy flushes float32 subnormals to zero in every kernel,
+    so there a float32 subnormal is a zero: mantissa 0, exponent 0.)"""
+
+    _pow2: Any = None
+
+    def _powers_of_two(self, k):
+        """2.0**k, exactly, for float64 integers k: a table of 2**-1074 (the smallest subnormal)
+        to 2**1023, with 0 below it and inf above it (where log2 rounded the exponent out of the
+        range; the correction by one then moves it back)."""
+        xp = self.xp
+        if self._pow2 is None:
+            self._pow2 = xp.asarray([0.0] + [math.ldexp(1.0, j) for j in range(-1074, 1024)] + [math.inf],
+                                    dtype=xp.float64, device=self.device)
+        index = xp.astype(xp.clip(k, -1075.0, 1024.0) + 1075.0, xp.int32)
+        return xp.reshape(xp.take(self._pow2, xp.reshape(index, (-1,))), k.shape)
 
     def compute(self, x):
         xp = self.xp
@@ -580,7 +596,7 @@ class Frexp(_Op):
         e = xp.floor(xp.log2(a)) + 1.0
 
         def scaled(e):
-            return a / xp.pow(2.0, e - 1.0) * 0.5
+            return a / self._powers_of_two(e - 1.0) * 0.5
 
         m = scaled(e)
         e = xp.where(m >= 1.0, e + 1.0, xp.where(m < 0.5, e - 1.0, e))
