@@ -11,9 +11,11 @@ decline by returning None). What is here:
 * ``clamp(x, lo, hi)``: ReLU/ReLU6/clamp as one kernel that keeps NaN, -0.0 and subnormals as
   torch does (``cupy.maximum`` flushed 1e-45 to 0 on an H100).
 * ``conv2d_plan`` / ``concat`` / ``matmul`` / ``linear``: convolutions as an im2col kernel + one
-  cuBLAS GEMM (depthwise: a direct kernel), concatenation as slice copies, matrix products
-  through cuBLAS called directly; none copies host data to the device or goes through cupy's
-  cuBLAS binding, so that a forward pass can be captured as a CUDA graph (``cupy_backend``).
+  cuBLAS GEMM (depthwise: a direct kernel, R outputs of a row per thread at stride 1),
+  concatenation as slice copies, matrix products through cuBLAS called directly (a linear
+  layer's bias and activation then one kernel); none copies host data to the device or goes
+  through cupy's cuBLAS binding, so that a forward pass can be captured as a CUDA graph
+  (``cupy_backend``).
 * ``layer_norm(x, d, weight, bias, eps)`` / ``softmax_last(x)``: LayerNorm over the trailing
   ``d`` elements and softmax over the last axis as one kernel each (a warp per row: the generic
   code makes 9 and 5 kernels with their temporaries; BERT-base has 25 LayerNorms, ConvNeXt-T 19).
@@ -75,6 +77,8 @@ _LEAKY = ("y = x > T(0) ? x : x * s;", "T s")
 _ELU = ("y = x > T(0) ? scale * x : scale * alpha * expm1(x / div);", "T alpha, T scale, T div")
 
 _kernels: dict[tuple[str, str], Any] = {}
+#: a linear layer's bias and activation as one kernel (:func:`_bias_activation`); False: two
+FUSED_BIAS = True
 
 
 def _kernel(name: str, body: str, params: str = "") -> Any:
@@ -107,20 +111,49 @@ def clamp(x: Any, lo: float | None, hi: float | None) -> Any:
     return kernel(x, *args)
 
 
-def _plain_kernel(spec: Any) -> tuple[Any, tuple]:
-    """The kernel and its scalar arguments for a plain activation spec (``"relu"``,
-    ``("clamp", lo, hi)`` with either bound None, ``("leaky", s)``, ``("elu", a, scale, div)``)."""
+def _activation_source(spec: Any) -> tuple[str, str, str, tuple]:
+    """(name, C body, scalar parameters, their values) of an activation spec: a name of
+    :data:`UNARY_ACTIVATIONS` or a plain spec (``"relu"``, ``("clamp", lo, hi)`` with either
+    bound None, ``("leaky", s)``, ``("elu", a, scale, div)``)."""
+    if isinstance(spec, str) and spec in _UNARY_BODIES:
+        return spec, _UNARY_BODIES[spec], "", ()
     if spec == "relu":
-        return _kernel("relu", *_RELU), ()
+        return "relu", *_RELU, ()
     kind = spec[0]
     if kind == "clamp":
         lo, hi = spec[1], spec[2]
-        return _kernel("clamp", *_CLAMP), (-math.inf if lo is None else lo, math.inf if hi is None else hi)
+        return "clamp", *_CLAMP, (-math.inf if lo is None else lo, math.inf if hi is None else hi)
     if kind == "leaky":
-        return _kernel("leaky", *_LEAKY), (spec[1],)
+        return "leaky", *_LEAKY, (spec[1],)
     if kind == "elu":
-        return _kernel("elu", *_ELU), tuple(spec[1:4])
+        return "elu", *_ELU, tuple(spec[1:4])
     raise ValueError(f"unknown fused activation {spec!r}")
+
+
+def _plain_kernel(spec: Any) -> tuple[Any, tuple]:
+    """The kernel and its scalar arguments for a plain activation spec (see
+    :func:`_activation_source`)."""
+    name, body, params, args = _activation_source(spec)
+    return _kernel(name, body, params), args
+
+
+_bias_kernels: dict[tuple[str, str], Any] = {}
+
+
+def _bias_activation(y: Any, bias: Any, spec: Any) -> Any:
+    """``y += bias`` over the last axis, then the activation ``spec`` (None for none), in place
+    as one kernel: one pass over a linear layer's product instead of two. ``y`` is a fresh
+    C-contiguous float array under 2**31 elements, ``bias`` a 1-D array of its last dimension
+    and dtype. The sum is rounded before the activation reads it, as in two kernels."""
+    name, body, params, args = ("bias", "y = x;", "", ()) if spec is None else _activation_source(spec)
+    key = (name, params)
+    k = _bias_kernels.get(key)
+    if k is None:
+        ins = "raw T bias_, int32 nbias_" + (", " + params if params else "")
+        k = _bias_kernels[key] = cupy.ElementwiseKernel(
+            ins, "T y", "const T x = y + bias_[((int)i) % nbias_]; " + body, f"kuiper_xp_bias_{name}")
+    k(bias, int(bias.shape[0]), *args, y)
+    return y
 
 
 def _into(kernel: Any, y: Any, *args: Any) -> Any:
@@ -143,8 +176,6 @@ def activation_inplace(y: Any, spec: Any) -> Any:
         from kuiper_xp.layers.base import apply_plain_spec
 
         return apply_plain_spec(xp, y, spec)
-    if isinstance(spec, str) and spec in _UNARY_BODIES:
-        return _into(_kernel(spec, _UNARY_BODIES[spec]), y)
     kernel, args = _plain_kernel(spec)
     return _into(kernel, y, *args)
 
@@ -311,6 +342,68 @@ _DEPTHWISE = cupy.ElementwiseKernel(
     "kuiper_xp_depthwise")
 
 
+#: outputs along a row that one thread of the stride-1 depthwise kernel computes (0: the kernel
+#: above, one output a thread)
+DEPTHWISE_ROW = 4
+#: the row kernel's largest kernel size (its loops are unrolled for each size)
+_DEPTHWISE_ROW_MAX_K = 11
+# Stride 1, dilation 1: a thread computes R neighbouring outputs of a row. For each kernel row it
+# loads the KW + R - 1 inputs they share once into registers (the kernel above loads KW per
+# output), then adds the taps in the same order as the kernel above (ky, then kx; taps outside
+# the input are skipped, not read as zeros, so NaN and inf land where the direct sum puts them).
+_DEPTHWISE_ROW_BODY = """
+    const int t = (int)i;
+    const int Wq = (Wo + R - 1) / R;
+    const int q = t % Wq, q1 = t / Wq, oy = q1 % Ho, q2 = q1 / Ho, o = q2 % O, n = q2 / O;
+    const T* xc = &x[((long long)n * C + o / mult) * H * W];
+    const T* wo = &w[(long long)o * KH * KW];
+    const int ox0 = q * R, ix0 = ox0 - pw;
+    const bool inner = ix0 >= 0 && ix0 + KW + R - 1 <= W;
+    T acc[R];
+    #pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = bias[o];
+    #pragma unroll
+    for (int ky = 0; ky < KH; ++ky) {
+        const int iy = oy - ph + ky;
+        if (iy < 0 || iy >= H) continue;
+        const T* row = xc + iy * W;
+        T v[KW + R - 1];
+        #pragma unroll
+        for (int j = 0; j < KW + R - 1; ++j) {
+            const int ix = ix0 + j;
+            v[j] = (inner || (ix >= 0 && ix < W)) ? row[ix] : T(0);
+        }
+        #pragma unroll
+        for (int kx = 0; kx < KW; ++kx) {
+            const T wv = wo[ky * KW + kx];
+            #pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const int ix = ix0 + r + kx;
+                if (inner || (ix >= 0 && ix < W)) acc[r] += v[r + kx] * wv;
+            }
+        }
+    }
+    T* yo = &y[((long long)q2 * Ho + oy) * Wo + ox0];
+    #pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (ox0 + r < Wo) yo[r] = acc[r];
+    }
+"""
+_depthwise_row_kernels: dict[tuple[int, int, int], Any] = {}
+
+
+def _depthwise_row_kernel(kh: int, kw: int, r: int) -> Any:
+    key = (kh, kw, r)
+    k = _depthwise_row_kernels.get(key)
+    if k is None:
+        k = _depthwise_row_kernels[key] = cupy.ElementwiseKernel(
+            "raw T x, raw T w, raw T bias, int32 C, int32 H, int32 W, int32 O, int32 Ho, int32 Wo, "
+            "int32 ph, int32 pw, int32 mult", "raw T y",
+            f"const int KH = {kh}, KW = {kw}, R = {r};" + _DEPTHWISE_ROW_BODY,
+            f"kuiper_xp_depthwise_{kh}x{kw}_r{r}")
+    return k
+
+
 class Conv2dPlan:
     """A 2-D convolution with its weights packed once: ``plan(x, act=None)`` for an NCHW cupy
     array of the weights' dtype (others go to the generic code). ``algo``: ``depthwise`` (one
@@ -364,6 +457,12 @@ class Conv2dPlan:
             return self._generic(x)  # (the kernels' index arithmetic is 32-bit; no kernel of size 0)
         if self.algo == "depthwise":
             y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
+            r = DEPTHWISE_ROW
+            if (r and (sh, sw, dh, dw) == (1, 1, 1, 1) and max(kh, kw) <= _DEPTHWISE_ROW_MAX_K
+                    and n * o * ho * wo <= _INT32_MAX - r):
+                _depthwise_row_kernel(kh, kw, r)(x, self.weight, self.bias, c, h, w, o, ho, wo, pt, pl, o // g, y,
+                                                 size=n * o * ho * -(-wo // r))
+                return y
             _DEPTHWISE(x, self.weight, self.bias, c, h, w, o, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl,
                        o // g, y)
             return y
@@ -710,10 +809,15 @@ def matmul(a: Any, b: Any) -> Any:
 
 
 def linear(x: Any, weight_t: Any, bias: Any = None, activation: Any = None) -> Any:
-    """``x @ weight_t + bias`` over the last axis through :func:`matmul` (the bias added in place
-    on the fresh product), then ``activation`` (a spec of :func:`activation_inplace`, or None)."""
+    """``x @ weight_t + bias`` over the last axis through :func:`matmul`, then ``activation`` (a
+    spec of :func:`activation_inplace`, or None): the bias and the activation are one kernel in
+    place on the fresh product (:func:`_bias_activation`), else two (the bias added in place)."""
     y = matmul(x, weight_t)
     if bias is not None:
+        if (FUSED_BIAS and isinstance(bias, cupy.ndarray) and bias.ndim == 1 and _is_float(y)
+                and bias.dtype == y.dtype and y.ndim >= 1 and y.shape[-1] == bias.shape[0]
+                and y.flags.c_contiguous and 0 < y.size <= _INT32_MAX and not callable(activation)):
+            return _bias_activation(y, bias, activation)
         if isinstance(y, cupy.ndarray) and isinstance(bias, cupy.ndarray) and bias.dtype == y.dtype:
             y += bias
         else:

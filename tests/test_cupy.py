@@ -138,6 +138,85 @@ def test_layer_norm_kernel_declines(cp_backend):
     assert cf.layer_norm(cupy.ones((1, cf.ROW_KERNEL_MAX + 1), cupy.float32), cf.ROW_KERNEL_MAX + 1) is None
 
 
+# (n, channels in, multiplier, h, w, kernel (kh, kw), pads ((top, bottom), (left, right)))
+DEPTHWISE_ROW_CASES = [
+    (2, 5, 1, 13, 17, (7, 7), ((3, 3), (3, 3))),  # ConvNeXt's; widths not a multiple of R
+    (1, 3, 1, 9, 11, (3, 3), ((1, 1), (1, 1))),
+    (3, 4, 2, 6, 5, (5, 5), ((2, 2), (2, 2))),  # a channel multiplier of 2; w < kernel + R - 1
+    (1, 2, 1, 5, 23, (1, 11), ((0, 0), (5, 5))),  # a strip convolution (SegNeXt's 1x11)
+    (1, 3, 1, 8, 8, (3, 3), ((0, 2), (1, 0))),  # asymmetric padding
+    (2, 4, 1, 7, 7, (3, 3), ((0, 0), (0, 0))),  # no padding: every row's window inside
+    (1, 2, 1, 4, 3, (2, 2), ((0, 1), (1, 0))),  # an even kernel; 3 columns
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", DEPTHWISE_ROW_CASES, ids=[f"{c[5][0]}x{c[5][1]}-{c[3]}x{c[4]}" for c in DEPTHWISE_ROW_CASES])
+def test_depthwise_row_kernel_matches_torch(cp_backend, case, dtype, monkeypatch):
+    """The stride-1 depthwise kernel that computes R outputs of a row per thread, for R = 1 (the
+    one-output kernel), 2, 4 and 8: against torch's grouped convolution on the CPU, with NaN and
+    inf in the input (only the outputs whose windows hold them are NaN/inf, as torch's: taps
+    outside the input are skipped, never read as zeros)."""
+    import cupy
+    from kuiper_xp.backends import cupy_fast as cf
+    n, c, mult, h, w, (kh, kw), ((pt, pb), (pl, pr)) = case
+    rng = np.random.default_rng(h * w + kh)
+    x = rng.standard_normal((n, c, h, w)).astype(dtype)
+    x[0, 0, h // 2, w - 1] = np.nan
+    x[-1, c - 1, 0, 0] = np.inf
+    wt = rng.standard_normal((c * mult, 1, kh, kw)).astype(dtype)
+    b = rng.standard_normal(c * mult).astype(dtype)
+    xt = F.pad(torch.from_numpy(x), (pl, pr, pt, pb))
+    want = F.conv2d(xt, torch.from_numpy(wt), torch.from_numpy(b), groups=c).numpy()
+    plan = cf.conv2d_plan(cupy.asarray(wt), cupy.asarray(b), groups=c, pads=((pt, pb), (pl, pr)))
+    assert plan.algo == "depthwise"
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    got = {}
+    for r in (0, 2, 4, 8):
+        monkeypatch.setattr(cf, "DEPTHWISE_ROW", r)
+        got[r] = cupy.asnumpy(plan(cupy.asarray(x)))
+        assert_close(got[r], want, rtol=tol, what=f"depthwise {kh}x{kw}, {r} outputs a thread")
+    for r in (2, 4, 8):  # the same sums in the same order as the one-output kernel
+        np.testing.assert_allclose(got[r], got[0], rtol=1e-6 if dtype == np.float32 else 1e-14, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("act", [None, "gelu", "silu", "sigmoid", "tanh", "hardswish", "mish", "relu",
+                                 ("clamp", 0.0, 6.0), ("clamp", None, 1.5), ("leaky", 0.1), ("elu", 1.0, 1.0, 1.0)],
+                         ids=str)
+def test_linear_bias_and_activation_as_one_kernel(cp_backend, act, dtype, monkeypatch):
+    """cupy_fast.linear adds the bias and applies the activation in one kernel: the same values
+    as the two kernels before it (bit for bit), and torch's; NaN and inf in the input rows."""
+    import cupy
+    from kuiper_xp.backends import cupy_fast as cf
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 5, 37)).astype(dtype)
+    x[0, 0, 3], x[1, 2, 0] = np.nan, np.inf
+    wt = rng.standard_normal((37, 29)).astype(dtype)
+    b = rng.standard_normal(29).astype(dtype)
+    args = [cupy.asarray(a) for a in (x, wt, b)]
+    calls = []
+    monkeypatch.setattr(cf, "_bias_activation", lambda *a, f=cf._bias_activation: calls.append(1) or f(*a))
+    one = cupy.asnumpy(cf.linear(*args, act))
+    assert calls, "the one-kernel path was not taken"
+    monkeypatch.setattr(cf, "FUSED_BIAS", False)
+    two = cupy.asnumpy(cf.linear(*args, act))
+    np.testing.assert_array_equal(one, two)
+    # torch's activation in float64 on the product rounded to the dtype: torch 2.11's float32 GELU
+    # of +inf was NaN on the CPU (2.13's is inf, as its float64 GELU and ours)
+    y = (torch.from_numpy(x) @ torch.from_numpy(wt) + torch.from_numpy(b)).double()
+    fns = {None: lambda v: v, "gelu": F.gelu, "silu": F.silu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+           "hardswish": F.hardswish, "mish": F.mish, "relu": F.relu}
+    if isinstance(act, tuple):
+        kind = act[0]
+        want = {"clamp": lambda v: torch.clamp(v, act[1], act[2]), "leaky": lambda v: F.leaky_relu(v, act[1]),
+                "elu": lambda v: F.elu(v, act[1])}[kind](y)
+    else:
+        want = fns[act](y)
+    want = want.numpy().astype(dtype)
+    assert_close(one, want, rtol=2e-5 if dtype == np.float32 else 1e-12, what=f"linear + {act}")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(1, 1), (3, 5), (2, 12, 50, 50), (5, 33), (3, 1000), (2, 8192)])
 def test_softmax_kernel_matches_torch(cp_backend, shape, dtype):
