@@ -458,8 +458,7 @@ class Conv2dPlan:
         if self.algo == "depthwise":
             y = cupy.empty((n, o, ho, wo), dtype=x.dtype)
             r = DEPTHWISE_ROW
-            if (r and (sh, sw, dh, dw) == (1, 1, 1, 1) and max(kh, kw) <= _DEPTHWISE_ROW_MAX_K
-                    and n * o * ho * wo <= _INT32_MAX - r):
+            if r and (sh, sw, dh, dw) == (1, 1, 1, 1) and max(kh, kw) <= _DEPTHWISE_ROW_MAX_K:
                 _depthwise_row_kernel(kh, kw, r)(x, self.weight, self.bias, c, h, w, o, ho, wo, pt, pl, o // g, y,
                                                  size=n * o * ho * -(-wo // r))
                 return y
